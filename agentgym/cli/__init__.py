@@ -1,0 +1,28 @@
+"""The ``agentgym`` command: ``list``, ``play``, ``rollout``.
+
+Each command lives in its own module; this one only assembles the app.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from agentgym.cli import envs_cmd, rollout_cmd
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="agentgym",
+    help="A gym for LLM agents: text environments, rollouts and trainers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("list")(envs_cmd.list_command)
+app.command("play")(envs_cmd.play_command)
+app.command("rollout")(rollout_cmd.rollout_command)
+
+
+def main() -> None:
+    """Entry point of the ``agentgym`` script."""
+    app()

@@ -1,0 +1,50 @@
+"""Helpers shared by the commands: making an env from flags, reporting errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+import agentgym
+from agentgym.errors import AgentGymError
+
+__all__ = ["console", "fail", "make_env", "parse_env_kwargs"]
+
+console = Console(highlight=False)
+
+ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, [7, 7], true); repeatable."
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` as an error and return the exit to raise."""
+    Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}")
+    return typer.Exit(code=2)
+
+
+def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}``."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"--env-kwarg takes KEY=VALUE, got {pair!r}.")
+        try:
+            kwargs[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise fail(f"could not read the value of {key!r} ({value!r}): {exc}") from exc
+    return kwargs
+
+
+def make_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
+    """Make ``env_id``, turning our errors and bad kwargs into a clean exit."""
+    try:
+        return agentgym.make(env_id, **kwargs)
+    except AgentGymError as exc:
+        raise fail(str(exc)) from exc
+    except TypeError as exc:  # an unknown constructor argument
+        raise fail(f"{env_id} does not take those arguments: {exc}") from exc

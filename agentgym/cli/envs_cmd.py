@@ -1,0 +1,88 @@
+"""``agentgym list`` and ``agentgym play``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+import agentgym
+from agentgym.cli.common import ENV_KWARG_HELP, console, make_env, parse_env_kwargs
+from agentgym.core import TextEnv
+from agentgym.registry import plugin_failures
+
+__all__ = ["list_command", "play_command"]
+
+_PLAY_HELP = (
+    "Type a move and press Enter: a bare move (Up, 3 4, crane) is written in the env's "
+    "action format for you; text with tags is sent as it is. "
+    "Commands: :help (instructions), :reset (new level), :quit."
+)
+
+
+def list_command(
+    family: Annotated[str | None, typer.Option(help="Only envs of this family.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only envs with this tag.")] = None,
+) -> None:
+    """List the registered environments."""
+    table = Table(title="agentgym environments")
+    for column in ("id", "family", "description", "needs"):
+        table.add_column(column, overflow="fold")
+    for info in agentgym.list_envs(family=family, tag=tag):
+        table.add_row(*(escape(text) for text in (info.id, info.family, info.description, ", ".join(info.needs) or "-")))
+    console.print(table)
+    for failure in plugin_failures():
+        console.print(f"[yellow]plugin {escape(failure.name)} ({escape(failure.value)}) failed: {escape(failure.error)}[/]")
+
+
+def play_command(
+    env_id: Annotated[str, typer.Argument(metavar="ENV", help="Env id, e.g. Sokoban-LLM-v0.")],
+    seed: Annotated[int | None, typer.Option(help="Seed of the first level.")] = None,
+    env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
+) -> None:
+    """Play an environment yourself in the terminal."""
+    env = make_env(env_id, parse_env_kwargs(env_kwarg))
+    game: TextEnv = env.unwrapped  # type: ignore[assignment]
+    console.print(Panel(escape(game.instructions), title=env_id))
+    console.print(f"[dim]{_PLAY_HELP}[/]")
+    observation, _ = env.reset(seed=seed)
+    total = 0.0
+    console.print(escape(observation))
+    while True:
+        line = _read_line()
+        if line is None or line.strip() == ":quit":
+            console.print(f"Bye. Reward this episode: {total:g}")
+            return
+        if line.strip() in (":help", ":reset"):
+            if line.strip() == ":help":
+                console.print(Panel(escape(game.instructions), title=env_id))
+            else:
+                observation, _ = env.reset()
+                total = 0.0
+                console.print(escape(observation))
+            continue
+        action = line if "<" in line or "\\" in line else game.format_action(line.strip())
+        observation, reward, terminated, truncated, info = env.step(action)
+        total += float(reward)
+        valid = "" if info["action_valid"] else " [red](invalid action)[/]"
+        console.print(f"{escape(observation)}\n[dim]reward {float(reward):+g}, total {total:g}[/]{valid}")
+        if terminated or truncated:
+            verdict = "[green]Solved![/]" if info["success"] else "[yellow]Episode over.[/]"
+            console.print(f"{verdict} Type :reset for a new level or :quit.")
+            line = _read_line()
+            if line is None or line.strip() != ":reset":
+                console.print(f"Bye. Reward this episode: {total:g}")
+                return
+            observation, _ = env.reset()
+            total = 0.0
+            console.print(escape(observation))
+
+
+def _read_line() -> str | None:
+    try:
+        return input("action> ")
+    except EOFError:
+        return None

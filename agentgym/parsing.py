@@ -1,0 +1,114 @@
+"""Pull an action out of what a model wrote.
+
+Models wrap answers in tags, box them, put several moves in one turn, shout
+them in capitals or pad them with spaces. These helpers accept all of that and
+return ``None`` (never raise) when nothing usable is there, so an env can turn
+``None`` into feedback. Every function takes any ``str``.
+
+>>> extract_answer("I think <answer>Left</answer> no, <ANSWER> up </answer>")
+'up'
+>>> extract_boxed(r"so x = \\boxed{\\frac{1}{2}}.")
+'\\\\frac{1}{2}'
+>>> split_moves("Up || left ||  || Down")
+['Up', 'left', 'Down']
+>>> match_choice(" LEFT. ", {"left": 2, "l": 2})
+2
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TypeVar
+
+__all__ = [
+    "MOVE_SEPARATOR",
+    "extract_answer",
+    "extract_boxed",
+    "extract_tag",
+    "match_choice",
+    "normalize",
+    "split_moves",
+]
+
+_T = TypeVar("_T")
+
+#: Separator of several moves in one turn, as RAGEN writes them.
+MOVE_SEPARATOR = "||"
+
+_TAG_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _tag_pattern(tag: str) -> re.Pattern[str]:
+    pattern = _TAG_CACHE.get(tag)
+    if pattern is None:
+        name = re.escape(tag)
+        # A closed tag, or an opening tag left open to the end of the text:
+        # servers that stop on "</answer>" strip the stop string itself.
+        pattern = re.compile(
+            rf"<\s*{name}\s*>(.*?)(?:<\s*/\s*{name}\s*>|\Z)", re.IGNORECASE | re.DOTALL
+        )
+        _TAG_CACHE[tag] = pattern
+    return pattern
+
+
+def extract_tag(text: str, tag: str) -> str | None:
+    """Content of the last ``<tag>...</tag>`` in ``text``, stripped; ``None`` if absent.
+
+    Tag names match case-insensitively and may carry spaces (``< answer >``).
+    A final opening tag with no closing tag runs to the end of the text.
+    """
+    if not isinstance(text, str):
+        return None
+    last = None
+    for last in _tag_pattern(tag).finditer(text):
+        pass
+    return None if last is None else last.group(1).strip()
+
+
+def extract_answer(text: str) -> str | None:
+    """Content of the last ``<answer>...</answer>``; ``None`` when there is none."""
+    return extract_tag(text, "answer")
+
+
+_BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def extract_boxed(text: str) -> str | None:
+    r"""Content of the last ``\boxed{...}`` (or ``\fbox{...}``), braces balanced.
+
+    Returns ``None`` when there is no box or its braces never close.
+    """
+    if not isinstance(text, str):
+        return None
+    starts = [m.end() for m in _BOXED_OPEN.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            char = text[i]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    return text[start:i].strip()
+    return None
+
+
+def split_moves(text: str, separator: str = MOVE_SEPARATOR) -> list[str]:
+    """Split several moves written in one turn; empty pieces are dropped."""
+    return [piece.strip() for piece in text.split(separator) if piece.strip()]
+
+
+_PUNCTUATION_EDGES = " \t\r\n.,;:!?\"'`()[]{}*_"
+_SPACES = re.compile(r"\s+")
+
+
+def normalize(text: str) -> str:
+    """Lower-case, collapse whitespace, strip punctuation from both ends."""
+    return _SPACES.sub(" ", text).strip(_PUNCTUATION_EDGES).lower()
+
+
+def match_choice(text: str, choices: Mapping[str, _T]) -> _T | None:
+    """Look ``text`` up in ``choices`` (keys lower-case) after :func:`normalize`."""
+    return choices.get(normalize(text))

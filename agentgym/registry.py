@@ -1,0 +1,212 @@
+"""The env registry: Gymnasium's, plus metadata and friendlier lookups.
+
+:func:`register` records an :class:`EnvInfo` (family, tags, description, what
+the env needs) and registers the id with :func:`gymnasium.register`, so
+``gym.make(id)`` works. :func:`make` and :func:`env_info` answer a misspelt id
+with "did you mean". Entry points are strings: registering imports nothing.
+
+Third-party packages add envs through the ``agentgym.envs`` entry-point group
+(Gymnasium 1.x no longer loads plugins itself). Each entry point names a
+function that calls :func:`register`, or a module that does so on import::
+
+    # the plugin's pyproject.toml
+    [project.entry-points."agentgym.envs"]
+    mygames = "mygames.agentgym_plugin:register_envs"
+
+``import agentgym`` loads them all; a plugin that fails is reported with a
+:class:`~agentgym.errors.PluginLoadWarning` and in :func:`plugin_failures`,
+and the other envs still work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib.metadata
+import re
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym.errors import ConfigError, DuplicateEnvError, PluginLoadWarning, UnknownEnvError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EnvInfo",
+    "KNOWN_NEEDS",
+    "PluginFailure",
+    "env_info",
+    "list_envs",
+    "load_plugins",
+    "make",
+    "plugin_failures",
+    "register",
+    "suggest",
+]
+
+ENTRY_POINT_GROUP = "agentgym.envs"
+#: What an env may need beyond the base install (shown by ``agentgym list``).
+KNOWN_NEEDS = frozenset({"docker", "network", "dataset", "gpu", "model"})
+_ID_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*-v\d+$")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvInfo:
+    """What ``agentgym list`` shows about one registered env."""
+
+    id: str
+    entry_point: str
+    family: str
+    description: str
+    tags: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "agentgym"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginFailure:
+    """A plugin entry point that raised while loading."""
+
+    name: str
+    value: str
+    error: str
+
+
+_ENVS: dict[str, EnvInfo] = {}
+_LOADED_PLUGINS: set[str] = set()
+_FAILURES: list[PluginFailure] = []
+_source = "agentgym"
+
+
+def register(
+    id: str,  # noqa: A002 - the name Gymnasium uses
+    entry_point: str,
+    *,
+    family: str,
+    description: str,
+    tags: tuple[str, ...] | list[str] = (),
+    needs: tuple[str, ...] | list[str] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> EnvInfo:
+    """Register an env under ``id`` (``Name-LLM-vN``) with its metadata.
+
+    Registering the same id with the same entry point again is a no-op, so a
+    module may be imported twice; a different entry point is an error.
+    """
+    if not _ID_PATTERN.match(id):
+        raise ConfigError(
+            f"Env id {id!r} is not of the form Name-vN (agentgym uses Name-LLM-vN, "
+            "e.g. 'Sokoban-LLM-v0')."
+        )
+    if ":" not in entry_point:
+        raise ConfigError(
+            f"entry_point must be 'module.path:ClassName', got {entry_point!r} for {id!r}."
+        )
+    unknown = set(needs) - KNOWN_NEEDS
+    if unknown:
+        raise ConfigError(f"needs of {id!r} has {sorted(unknown)}; known: {sorted(KNOWN_NEEDS)}.")
+    info = EnvInfo(
+        id=id,
+        entry_point=entry_point,
+        family=family,
+        description=description,
+        tags=tuple(tags),
+        needs=tuple(needs),
+        kwargs=dict(kwargs or {}),
+        source=_source,
+    )
+    existing = _ENVS.get(id)
+    if existing is not None:
+        if existing.entry_point == entry_point:
+            return existing
+        raise DuplicateEnvError(
+            f"{id!r} is registered already by {existing.source} as {existing.entry_point}; "
+            f"{info.source} tried to register it as {entry_point}. Pick another id or version."
+        )
+    gym.register(id=id, entry_point=entry_point, kwargs=dict(info.kwargs))
+    _ENVS[id] = info
+    return info
+
+
+def suggest(env_id: str, limit: int = 3) -> list[str]:
+    """Registered ids close to ``env_id``, case-insensitively."""
+    by_lower = {known.lower(): known for known in _ENVS}
+    wanted = env_id.lower()
+    if wanted in by_lower:
+        return [by_lower[wanted]]
+    close = difflib.get_close_matches(wanted, by_lower, n=limit, cutoff=0.6)
+    if not close:
+        stem = wanted.split("-")[0]
+        close = [low for low in by_lower if stem and low.startswith(stem)][:limit]
+    return [by_lower[low] for low in close]
+
+
+def env_info(env_id: str) -> EnvInfo:
+    """The metadata of ``env_id``; :class:`UnknownEnvError` says what was meant."""
+    info = _ENVS.get(env_id)
+    if info is None:
+        raise UnknownEnvError(env_id, suggest(env_id))
+    return info
+
+
+def list_envs(*, family: str | None = None, tag: str | None = None) -> list[EnvInfo]:
+    """Registered envs sorted by family then id, optionally filtered."""
+    envs = [
+        info
+        for info in _ENVS.values()
+        if (family is None or info.family == family) and (tag is None or tag in info.tags)
+    ]
+    return sorted(envs, key=lambda info: (info.family, info.id))
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make`` for agentgym ids, with "did you mean" for a misspelt id."""
+    env_info(env_id)
+    return gym.make(env_id, **kwargs)
+
+
+@contextlib.contextmanager
+def _registering_as(source: str) -> Iterator[None]:
+    global _source
+    previous, _source = _source, source
+    try:
+        yield
+    finally:
+        _source = previous
+
+
+def load_plugins() -> list[PluginFailure]:
+    """Load every ``agentgym.envs`` entry point not loaded yet; return the new failures."""
+    failures = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = f"{entry.name}={entry.value}"
+        if key in _LOADED_PLUGINS:
+            continue
+        _LOADED_PLUGINS.add(key)
+        try:
+            with _registering_as(f"plugin {entry.name}"):
+                target = entry.load()
+                if callable(target):
+                    target()
+        # A third-party plugin may fail in any way at all; that must not stop
+        # `import agentgym` or hide the envs of every other package.
+        except Exception as exc:  # noqa: BLE001
+            failure = PluginFailure(entry.name, entry.value, f"{type(exc).__name__}: {exc}")
+            failures.append(failure)
+            warnings.warn(
+                f"agentgym plugin {entry.name!r} ({entry.value}) failed to load and its envs "
+                f"are not registered: {failure.error}. Fix or uninstall that package.",
+                PluginLoadWarning,
+                stacklevel=2,
+            )
+    _FAILURES.extend(failures)
+    return failures
+
+
+def plugin_failures() -> list[PluginFailure]:
+    """Every plugin that failed to load in this process."""
+    return list(_FAILURES)

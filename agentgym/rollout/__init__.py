@@ -1,0 +1,6 @@
+"""Playing episodes: policies and episode records."""
+
+from agentgym.rollout.episode import EpisodeRecord, TurnRecord, play_episode
+from agentgym.rollout.policies import Policy, RandomPolicy, ScriptedPolicy
+
+__all__ = ["EpisodeRecord", "Policy", "RandomPolicy", "ScriptedPolicy", "TurnRecord", "play_episode"]
