@@ -22,7 +22,7 @@ ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, 
 
 def fail(message: str) -> typer.Exit:
     """Print ``message`` as an error and return the exit to raise."""
-    Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(message)}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code=2)
 
 
