@@ -24,6 +24,7 @@ Randomness only through ``self.np_random``, seeded by ``reset(seed=...)``.
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, SupportsFloat
 
@@ -70,7 +71,7 @@ def check_number(
     """Raise :class:`ConfigError` naming ``name`` unless ``value`` is in range."""
     kind = "an integer" if integer else "a number"
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type:
+    if isinstance(value, bool) or not ok_type or not math.isfinite(value):
         raise ConfigError(f"{name} must be {kind}, got {value!r} ({type(value).__name__}).")
     if minimum is not None and value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}.")
@@ -82,7 +83,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
     """Base class of every agentgym environment.
 
     Args:
-        max_turns: turns before the episode is truncated.
+        max_turns: turns before the episode is truncated. With 1, the env is
+            single-turn: the episode terminates after the one answer.
         format_penalty: subtracted from the reward of a turn whose action could
             not be read or was illegal (a positive number).
         render_mode: ``"ansi"`` (``render()`` returns the state as text),
@@ -158,7 +160,7 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         return (
             f"{self._describe().strip()}\n\n"
             f"You have at most {self.max_turns} turn(s). An action that cannot be read "
-            f"or is not allowed costs {self.format_penalty:g} reward and changes nothing."
+            f"or is not allowed is not played and costs {self.format_penalty:g} reward."
         )
 
     def reset(
@@ -185,11 +187,16 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         self.turn += 1
         outcome = self._play(action)
         reward = outcome.reward - (0.0 if outcome.action_valid else self.format_penalty)
-        truncated = not outcome.terminated and self.turn >= self.max_turns
+        terminated = outcome.terminated
+        truncated = not terminated and self.turn >= self.max_turns
+        if truncated and self.max_turns == 1:
+            # A single-turn task is one answer: after it the episode has truly
+            # ended (nothing is cut off), whatever the answer was.
+            terminated, truncated = True, False
         observation = outcome.observation
         if truncated:
             observation += f"\nThe turn limit ({self.max_turns}) is reached: the episode is over."
-        self._episode_over = outcome.terminated or truncated
+        self._episode_over = terminated or truncated
         info = {
             "action_valid": outcome.action_valid,
             "success": outcome.success,
@@ -198,7 +205,7 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         }
         if self.render_mode == "human":
             self.render()
-        return self._cap(observation), float(reward), outcome.terminated, truncated, info
+        return self._cap(observation), float(reward), terminated, truncated, info
 
     def render(self) -> str | None:  # type: ignore[override]
         if self.render_mode is None:

@@ -28,6 +28,7 @@ __all__ = [
     "extract_tag",
     "match_choice",
     "normalize",
+    "read_int",
     "split_moves",
 ]
 
@@ -60,10 +61,8 @@ def extract_tag(text: str, tag: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    last = None
-    for last in _tag_pattern(tag).finditer(text):
-        pass
-    return None if last is None else last.group(1).strip()
+    contents = _tag_pattern(tag).findall(text)
+    return contents[-1].strip() if contents else None
 
 
 def extract_answer(text: str) -> str | None:
@@ -112,3 +111,16 @@ def normalize(text: str) -> str:
 def match_choice(text: str, choices: Mapping[str, _T]) -> _T | None:
     """Look ``text`` up in ``choices`` (keys lower-case) after :func:`normalize`."""
     return choices.get(normalize(text))
+
+
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+
+
+def read_int(text: str) -> int | None:
+    """``text`` as an integer if it is one (sign allowed, up to 18 digits), else None.
+
+    Unlike ``int()`` it never raises: not on words, not on a 5,000-digit
+    number (``int`` refuses strings over 4,300 digits).
+    """
+    stripped = text.strip()
+    return int(stripped) if _INTEGER.fullmatch(stripped) else None

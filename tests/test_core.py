@@ -33,6 +33,14 @@ def test_turn_limit_truncates_and_says_so() -> None:
     assert "turn limit (2)" in observation
 
 
+def test_a_single_turn_env_terminates_after_any_answer() -> None:
+    env = EchoEnv(max_turns=1)
+    env.reset(seed=0)
+    observation, reward, terminated, truncated, info = env.step("no tags")
+    assert (terminated, truncated, reward, info["success"]) == (True, False, -0.5, False)
+    assert "turn limit" not in observation
+
+
 def test_step_before_reset_and_after_the_end_raise(echo_env: EchoEnv) -> None:
     with pytest.raises(ResetNeeded, match=r"needs reset\(\)"):
         echo_env.step("<answer>x</answer>")
@@ -92,6 +100,7 @@ def test_huge_observations_are_cut() -> None:
         ({"max_turns": 0}, "max_turns must be at least 1, got 0"),
         ({"max_turns": 2.5}, "max_turns must be an integer"),
         ({"format_penalty": -1}, "format_penalty must be at least 0"),
+        ({"format_penalty": float("nan")}, "format_penalty must be a number, got nan"),
         ({"render_mode": "rgb_array"}, "render_mode must be one of"),
     ],
 )

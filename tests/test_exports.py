@@ -8,7 +8,7 @@ import pytest
 
 import agentgym
 
-MODULES = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.parsing",
+MODULES = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.moves", "agentgym.parsing",
            "agentgym.registry", "agentgym.spaces", "agentgym.vector"]
 
 

@@ -30,7 +30,8 @@ import numpy as np
 
 from agentgym.core import Outcome, TextEnv, check_number
 from agentgym.errors import ConfigError, ResetNeeded
-from agentgym.parsing import extract_answer, match_choice, split_moves
+from agentgym.moves import DIRECTIONS, Played, play_moves, read_direction
+from agentgym.parsing import extract_answer
 
 __all__ = ["LEGEND", "SokobanEnv", "parse_level"]
 
@@ -44,8 +45,7 @@ LEGEND = {
     PLAYER: "you",
     PLAYER_ON_TARGET: "you, standing on a target",
 }
-MOVES = ("up", "down", "left", "right")
-_ALIASES = {name: name for name in MOVES} | {name[0]: name for name in MOVES}
+_HOW_TO = "write Up, Down, Left or Right, e.g. <answer>Left</answer>, several separated by ||"
 
 STEP_PENALTY = -0.1
 BOX_ON_REWARD = 1.0
@@ -79,18 +79,18 @@ class Level:
         ]
         self._offsets = {"up": -width, "down": width, "left": -1, "right": 1}
 
-    def push(self, move: str) -> tuple[float, str]:
-        """Play one move; return its reward and a word on what happened."""
+    def push(self, move: str) -> Played:
+        """Play one move (a name in :data:`~agentgym.moves.DIRECTIONS`)."""
         step = self._offsets[move]
         ahead = self.player + step
         if ahead in self.walls:
-            return STEP_PENALTY, f"{move}: a wall is in the way"
+            return Played(STEP_PENALTY, f"{move}: a wall is in the way")
         if ahead not in self.boxes:
             self.player = ahead
-            return STEP_PENALTY, f"{move}: moved"
+            return Played(STEP_PENALTY, f"{move}: moved")
         beyond = ahead + step
         if beyond in self.walls or beyond in self.boxes:
-            return STEP_PENALTY, f"{move}: the box cannot move"
+            return Played(STEP_PENALTY, f"{move}: the box cannot move")
         self.boxes.remove(ahead)
         self.boxes.add(beyond)
         self.player = ahead
@@ -99,7 +99,7 @@ class Level:
             reward += BOX_ON_REWARD
         elif ahead in self.targets and beyond not in self.targets:
             reward += BOX_OFF_PENALTY
-        return reward, f"{move}: pushed a box"
+        return Played(reward, f"{move}: pushed a box")
 
     def solved(self) -> bool:
         return self.boxes <= self.targets
@@ -293,36 +293,18 @@ class SokobanEnv(TextEnv):
 
     def _play(self, action: str) -> Outcome:
         level = self._require_level()
-        answer = extract_answer(action)
-        if answer is None:
-            return self._invalid("No action found: write a move inside <answer></answer>, e.g. <answer>Left</answer>.")
-        moves = split_moves(answer)
-        if not moves:
-            return self._invalid("The answer is empty: write Up, Down, Left or Right.")
-        reward, notes, problem = 0.0, [], None
-        for index, text in enumerate(moves):
-            if index >= self.max_moves_per_turn:
-                problem = f"At most {self.max_moves_per_turn} moves per turn; the rest were ignored."
-                break
-            move = match_choice(text, _ALIASES)
-            if move is None:
-                problem = f"{text[:40]!r} is not a move: write Up, Down, Left or Right."
-                break
-            gained, note = level.push(move)
-            reward += gained
-            notes.append(note)
-            if level.solved():
-                break
+        turn = play_moves(
+            extract_answer(action), read=read_direction, apply=level.push, is_over=level.solved,
+            limit=self.max_moves_per_turn, how_to=_HOW_TO,
+        )
         solved = level.solved()
-        if solved:
-            reward += FINISH_REWARD
         return Outcome(
-            self._observation(notes, problem, solved),
-            reward=reward,
+            self._observation(turn.notes, turn.problem, solved),
+            reward=turn.reward + (FINISH_REWARD if solved else 0.0),
             terminated=solved,
             success=solved,
-            action_valid=problem is None,
-            info={"boxes_on_target": level.boxes_on_target(), "moves": len(notes)},
+            action_valid=turn.valid,
+            info={"boxes_on_target": level.boxes_on_target(), "moves": turn.played},
         )
 
     # -- text -----------------------------------------------------------------
@@ -330,16 +312,12 @@ class SokobanEnv(TextEnv):
     def _observation(self, notes: list[str], problem: str | None, solved: bool) -> str:
         parts = []
         if notes:
-            parts.append("; ".join(notes) + ".")
+            parts.append("; ".join(notes).rstrip(".") + ".")
         if problem:
             parts.append(problem)
         parts.append(self._require_level().render())
         parts.append("Solved: every box is on a target!" if solved else f"Boxes on targets: {self._progress()}.")
         return "\n".join(parts)
-
-    def _invalid(self, problem: str) -> Outcome:
-        return Outcome(self._observation([], problem, False), action_valid=False,
-                       info={"boxes_on_target": self._require_level().boxes_on_target(), "moves": 0})
 
     def _progress(self) -> str:
         level = self._require_level()
@@ -368,4 +346,4 @@ class SokobanEnv(TextEnv):
         return self.level.render() if self.level is not None else ""
 
     def random_action(self, rng: np.random.Generator) -> str:
-        return self.format_action(MOVES[int(rng.integers(4))].capitalize())
+        return self.format_action(DIRECTIONS[int(rng.integers(4))].capitalize())
