@@ -33,7 +33,8 @@ import numpy as np
 
 from agentgym.core import Outcome, TextEnv, check_number
 from agentgym.errors import ConfigError
-from agentgym.parsing import extract_answer, match_choice, split_moves
+from agentgym.moves import DIRECTIONS, MoveTurn, Played, play_moves, read_direction
+from agentgym.parsing import extract_answer
 
 __all__ = [
     "DIRECTIONS",
@@ -66,12 +67,14 @@ LEGEND = {
     PLAYER_ON_GOAL: "you, on the goal",
 }
 
-# Clockwise, so the two perpendiculars of direction d are (d + 1) % 4 and (d + 3) % 4.
-DIRECTIONS = ("Up", "Right", "Down", "Left")
+# Indexed as agentgym.moves.DIRECTIONS (clockwise: up, right, down, left), so the
+# two perpendiculars of direction d are (d + 1) % 4 and (d + 3) % 4.
 _DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
-_ALIASES = {name.lower(): d for d, name in enumerate(DIRECTIONS)} | {
-    name[0].lower(): d for d, name in enumerate(DIRECTIONS)
-}
+_SHOWN = tuple(name.capitalize() for name in DIRECTIONS)
+_HOW_TO = (
+    "write Up, Down, Left or Right (or U, D, L, R), several separated by ||, "
+    "e.g. <answer>Up || Left</answer>"
+)
 
 GOAL_REWARD = 1.0
 _MAX_DRAWS = 50  # random maps tried before a path is cleared by hand
@@ -217,6 +220,7 @@ class FrozenLakeEnv(TextEnv):
         self.lake = LakeMap([START] + [FROZEN] * (size * size - 2) + [GOAL], size, size)
         self.position = self.lake.start
         self._shortest = -1
+        self._slips = 0  # slides on the ice this turn
 
     # -- episode set-up -------------------------------------------------------
 
@@ -276,80 +280,50 @@ class FrozenLakeEnv(TextEnv):
     # -- playing ----------------------------------------------------------------
 
     def _play(self, action: str) -> Outcome:
-        answer = extract_answer(action)
-        if answer is None:
-            return self._invalid("No <answer>...</answer> found. Write e.g. <answer>Up</answer>.")
-        moves = split_moves(answer)
-        if not moves:
-            return self._invalid("The answer is empty. Write e.g. <answer>Right</answer>.")
-        if len(moves) > self.max_moves_per_turn:
-            return self._invalid(
-                f"{len(moves)} moves in one turn; at most {self.max_moves_per_turn} are allowed. "
-                "No move was made."
-            )
-        lines: list[str] = []
-        slips = 0
-        for index, text in enumerate(moves):
-            direction = match_choice(text, _ALIASES)
-            if direction is None:
-                return self._invalid(
-                    f"{text!r} is not a move; write Up, Down, Left or Right (or U, D, L, R), "
-                    "several separated by ||, e.g. <answer>Up || Left</answer>.",
-                    done=lines,
-                    info={"moves": index, "slips": slips},
-                )
-            line, slipped = self._move(direction)
-            lines.append(line)
-            slips += slipped
-            if self.lake.cells[self.position] in (HOLE, GOAL):
-                if index + 1 < len(moves):
-                    lines.append(f"The episode is over: {len(moves) - index - 1} move(s) not made.")
-                return self._outcome(lines, {"moves": index + 1, "slips": slips})
-        return self._outcome(lines, {"moves": len(moves), "slips": slips})
+        self._slips = 0
+        turn = play_moves(
+            extract_answer(action), read=read_direction, apply=self._move, is_over=self._over,
+            limit=self.max_moves_per_turn, how_to=_HOW_TO,
+        )
+        return self._outcome(turn)
 
-    def _move(self, direction: int) -> tuple[str, bool]:
-        """Play one move; return a line saying what happened and whether it slipped."""
-        intended = DIRECTIONS[direction]
+    def _move(self, name: str) -> Played:
+        """Play one move (a name in :data:`~agentgym.moves.DIRECTIONS`), counting slips."""
+        direction = DIRECTIONS.index(name)
         actual = direction
         if self.is_slippery:
             # Gymnasium's rule: intended, or either perpendicular, each with 1/3.
             actual = (direction + (0, 1, 3)[int(self.np_random.random() * 3)]) % 4
-        slipped = actual != direction
-        head = f"{intended}:"
-        if slipped:
-            head += f" you slipped and slid {DIRECTIONS[actual]};"
+        head = f"{_SHOWN[direction]}:"
+        if actual != direction:
+            self._slips += 1
+            head += f" you slipped and slid {_SHOWN[actual]};"
         target = self.lake.step(self.position, actual)
         where = self.lake.where(target)
         if target == self.position:
-            return f"{head} the edge of the lake, you stay at {where}.", slipped
+            return Played(note=f"{head} the edge of the lake, you stay at {where}.")
         self.position = target
         cell = self.lake.cells[target]
         if cell == HOLE:
-            return f"{head} you fell into the hole at {where}. You lose.", slipped
+            return Played(note=f"{head} you fell into the hole at {where}. You lose.")
         if cell == GOAL:
-            return f"{head} you reached the goal at {where}. You win!", slipped
-        return f"{head} moved to {where}.", slipped
+            return Played(note=f"{head} you reached the goal at {where}. You win!")
+        return Played(note=f"{head} moved to {where}.")
 
-    def _outcome(self, lines: list[str], info: dict[str, Any]) -> Outcome:
-        cell = self.lake.cells[self.position]
-        won = cell == GOAL
+    def _over(self) -> bool:
+        return self.lake.cells[self.position] in (HOLE, GOAL)
+
+    def _outcome(self, turn: MoveTurn) -> Outcome:
+        # Moves before a bad one were made; the base class applies the penalty.
+        lines = [*turn.notes, f"Invalid action: {turn.problem}"] if turn.problem else turn.notes
+        won = self.lake.cells[self.position] == GOAL
         return Outcome(
             "\n".join(lines) + "\n\n" + self.render_text(),
             reward=GOAL_REWARD if won else 0.0,
-            terminated=won or cell == HOLE,
+            terminated=self._over(),
             success=won,
-            info=info,
-        )
-
-    def _invalid(
-        self, why: str, *, done: list[str] | None = None, info: dict[str, Any] | None = None
-    ) -> Outcome:
-        # Moves before the bad one were made; the base class applies the penalty.
-        made = "\n".join(done) + "\n" if done else ""
-        return Outcome(
-            f"{made}Invalid action: {why}\n\n{self.render_text()}",
-            action_valid=False,
-            info=info or {"moves": 0, "slips": 0},
+            action_valid=turn.valid,
+            info={"moves": turn.played, "slips": self._slips},
         )
 
     # -- text ---------------------------------------------------------------------
@@ -387,4 +361,4 @@ class FrozenLakeEnv(TextEnv):
         )
 
     def random_action(self, rng: np.random.Generator) -> str:
-        return self.format_action(DIRECTIONS[int(rng.integers(4))])
+        return self.format_action(_SHOWN[int(rng.integers(4))])

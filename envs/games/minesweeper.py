@@ -35,7 +35,8 @@ import numpy as np
 
 from agentgym.core import Outcome, TextEnv, check_number
 from agentgym.errors import ConfigError
-from agentgym.parsing import extract_answer, match_choice, normalize, split_moves
+from agentgym.moves import MoveTurn, Played, play_moves
+from agentgym.parsing import extract_answer, match_choice, normalize, read_int
 
 __all__ = ["LEGEND", "MinesweeperEnv"]
 
@@ -56,6 +57,8 @@ _VERBS = {
     "flag": "flag", "mark": "flag", "f": "flag",
     "unflag": "unflag", "unmark": "unflag", "u": "unflag",
 }
+_HOW_TO = ("write reveal R C, flag R C or unflag R C with a row and a column number, "
+           "e.g. <answer>reveal 2 3</answer>")
 _MOVE = re.compile(
     r"([a-z]+)\s*[(\[]?\s*(?:row\s*)?(-?\d+)\s*(?:,\s*|\s+)(?:col(?:umn)?\s*)?(-?\d+)\s*[)\]]?"
 )
@@ -82,10 +85,10 @@ def _parse_move(text: str) -> tuple[str, int, int] | None:
     if found is None:
         return None
     verb = match_choice(found.group(1), _VERBS)
-    if verb is None:
+    row, col = read_int(found.group(2)), read_int(found.group(3))
+    if verb is None or row is None or col is None:
         return None
-    # Cap the digits: int() refuses huge strings, and any big number is off the board anyway.
-    return verb, int(found.group(2)[:7]), int(found.group(3)[:7])
+    return verb, row, col
 
 
 def _bits(mask: int) -> list[int]:
@@ -292,75 +295,52 @@ class MinesweeperEnv(TextEnv):
     # -- moves ----------------------------------------------------------------
 
     def _play(self, action: str) -> Outcome:
-        answer = extract_answer(action)
-        if answer is None:
-            return self._outcome([], "No move found: write it inside <answer></answer>, "
-                                     "e.g. <answer>reveal 2 3</answer>.", 0.0)
-        moves = split_moves(answer)
-        if not moves:
-            return self._outcome([], "The answer is empty: write e.g. reveal 2 3 or flag 1 4.", 0.0)
-        reward, notes, problem = 0.0, [], None
-        for index, text in enumerate(moves):
-            if index >= self.max_moves_per_turn:
-                problem = (f"At most {self.max_moves_per_turn} moves per turn; "
-                           "the rest were ignored.")
-                break
-            move = _parse_move(text)
-            if move is None:
-                problem = (f"{text[:40]!r} is not a move: write reveal R C, flag R C or "
-                           "unflag R C with a row and a column number, e.g. reveal 2 3.")
-                break
-            problem, gained, note = self._apply(*move)
-            if problem is not None:
-                break
-            reward += gained
-            notes.append(note)
-            if self._over():
-                break
-        return self._outcome(notes, problem, reward)
+        turn = play_moves(extract_answer(action), read=_parse_move, apply=self._apply,
+                          is_over=self._over, limit=self.max_moves_per_turn, how_to=_HOW_TO)
+        return self._outcome(turn)
 
-    def _apply(self, verb: str, row: int, col: int) -> tuple[str | None, float, str]:
-        """Play one move; return (problem or None, reward, note)."""
+    def _apply(self, move: tuple[str, int, int]) -> Played | str:
+        """Play one move; return what it did, or why it is not allowed."""
+        verb, row, col = move
         where = f"{verb} {row} {col}"
         if not (1 <= row <= self._rows and 1 <= col <= self._cols):
-            return (f"{where}: off the board; rows go 1-{self._rows} and columns 1-{self._cols}.",
-                    0.0, "")
+            return f"{where}: off the board; rows go 1-{self._rows} and columns 1-{self._cols}."
         cell = (row - 1) * self._cols + (col - 1)
         state = self._status[cell]
         if state == _OPEN:
-            return f"{where}: that cell is already revealed; pick a '?' cell.", 0.0, ""
+            return f"{where}: that cell is already revealed; pick a '?' cell."
         if verb == "flag":
             if state == _FLAGGED:
-                return f"{where}: that cell is already flagged.", 0.0, ""
+                return f"{where}: that cell is already flagged."
             self._status[cell] = _FLAGGED
-            return None, 0.0, f"{where}: flagged"
+            return Played(note=f"{where}: flagged")
         if verb == "unflag":
             if state != _FLAGGED:
-                return f"{where}: that cell has no flag to remove.", 0.0, ""
+                return f"{where}: that cell has no flag to remove."
             self._status[cell] = _HIDDEN
-            return None, 0.0, f"{where}: flag removed"
+            return Played(note=f"{where}: flag removed")
         if state == _FLAGGED:
-            return f"{where}: that cell is flagged; unflag it first to reveal it.", 0.0, ""
+            return f"{where}: that cell is flagged; unflag it first to reveal it."
         if self._mines[cell]:
             self._exploded = cell
-            return None, MINE_REWARD, f"{where}: BOOM, that was a mine. Game over"
+            return Played(MINE_REWARD, f"{where}: BOOM, that was a mine. Game over")
         opened = self._flood(cell)
         reward = REVEAL_REWARD * opened + (WIN_REWARD if self._hidden_safe == 0 else 0.0)
-        return None, reward, f"{where}: revealed {opened} cell{'s' * (opened != 1)}"
+        return Played(reward, f"{where}: revealed {opened} cell{'s' * (opened != 1)}")
 
     def _over(self) -> bool:
         return self._exploded is not None or self._hidden_safe == 0
 
-    def _outcome(self, notes: list[str], problem: str | None, reward: float) -> Outcome:
+    def _outcome(self, turn: MoveTurn) -> Outcome:
         won = self._hidden_safe == 0
-        parts = [note + "." for note in notes]
-        if problem:
-            parts.append(problem)
+        parts = [note.rstrip(".") + "." for note in turn.notes]
+        if turn.problem:
+            parts.append(turn.problem)
         parts.append(self.render_text())
         parts.append("You win: every safe cell is revealed!" if won else self._status_line())
-        return Outcome("\n".join(parts), reward, terminated=self._over(), success=won,
-                       action_valid=problem is None,
-                       info={"moves": len(notes), "hidden_safe": self._hidden_safe,
+        return Outcome("\n".join(parts), turn.reward, terminated=self._over(), success=won,
+                       action_valid=turn.valid,
+                       info={"moves": turn.played, "hidden_safe": self._hidden_safe,
                              "mine_hit": self._exploded is not None})
 
     # -- text -----------------------------------------------------------------

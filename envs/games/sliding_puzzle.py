@@ -30,7 +30,8 @@ import numpy as np
 
 from agentgym.core import Outcome, TextEnv, check_number
 from agentgym.errors import ConfigError
-from agentgym.parsing import extract_answer, match_choice, split_moves
+from agentgym.moves import DIRECTIONS, MoveTurn, Played, play_moves, read_direction
+from agentgym.parsing import extract_answer, read_int
 
 __all__ = [
     "BLANK",
@@ -44,12 +45,14 @@ __all__ = [
 ]
 
 BLANK = "_"
-# Clockwise, so the move undoing direction d is (d + 2) % 4.
-DIRECTIONS = ("Up", "Right", "Down", "Left")
+# Indexed as agentgym.moves.DIRECTIONS (clockwise: up, right, down, left), so the
+# move undoing direction d is (d + 2) % 4.
 _DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
-_ALIASES = {name.lower(): d for d, name in enumerate(DIRECTIONS)} | {
-    name[0].lower(): d for d, name in enumerate(DIRECTIONS)
-}
+_SHOWN = tuple(name.capitalize() for name in DIRECTIONS)
+_HOW_TO = (
+    "write Up, Down, Left or Right (or U, D, L, R), several separated by ||, "
+    "e.g. <answer>Up || Left</answer>"
+)
 # What the tile next to the blank does when the blank moves in direction d.
 _TILE_SLIDES = ("down", "left", "up", "right")
 _EDGES = ("top row", "rightmost column", "bottom row", "leftmost column")
@@ -143,8 +146,9 @@ def _read_tile(token: Any) -> int:
         return 0
     if isinstance(token, int) and not isinstance(token, bool):
         return token
-    if isinstance(token, str) and token.isdigit():
-        return int(token)
+    value = read_int(token) if isinstance(token, str) else None
+    if value is not None and value >= 0:
+        return value
     raise ConfigError(f"options['level'] has {token!r}; tiles are numbers and the blank is _.")
 
 
@@ -255,69 +259,51 @@ class SlidingPuzzleEnv(TextEnv):
     # -- playing ------------------------------------------------------------------
 
     def _play(self, action: str) -> Outcome:
-        answer = extract_answer(action)
-        if answer is None:
-            return self._invalid("No <answer>...</answer> found. Write e.g. <answer>Up</answer>.")
-        moves = split_moves(answer)
-        if not moves:
-            return self._invalid("The answer is empty. Write e.g. <answer>Left</answer>.")
-        if len(moves) > self.max_moves_per_turn:
-            return self._invalid(
-                f"{len(moves)} moves in one turn; at most {self.max_moves_per_turn} are allowed. "
-                "No move was made."
-            )
-        lines: list[str] = []
-        for text in moves:
-            direction = match_choice(text, _ALIASES)
-            if direction is None:
-                why = (
-                    f"{text!r} is not a move; write Up, Down, Left or Right (or U, D, L, R), "
-                    "several separated by ||, e.g. <answer>Up || Left</answer>."
-                )
-                return self._invalid(why, done=lines)
-            target = self._table[self.blank][direction]
-            if target < 0:
-                why = (
-                    f"{DIRECTIONS[direction]} is illegal: the blank is in the "
-                    f"{_EDGES[direction]}."
-                )
-                return self._invalid(why, done=lines)
-            lines.append(self._slide(direction, target))
-            if self.tiles == self._goal:
-                made = len(lines)
-                lines.append(f"Solved in {self.moves_made} moves!")
-                return self._outcome(lines, made)
-        return self._outcome(lines, len(lines))
+        turn = play_moves(
+            extract_answer(action), read=read_direction, apply=self._slide, is_over=self._solved,
+            limit=self.max_moves_per_turn, how_to=_HOW_TO,
+        )
+        return self._outcome(turn)
 
-    def _slide(self, direction: int, target: int) -> str:
+    def _slide(self, name: str) -> Played | str:
+        """Move the blank (a name in :data:`~agentgym.moves.DIRECTIONS`), or say why not."""
+        direction = DIRECTIONS.index(name)
+        target = self._table[self.blank][direction]
+        if target < 0:
+            return f"{_SHOWN[direction]} is illegal: the blank is in the {_EDGES[direction]}."
         tile = self.tiles[target]
         self.tiles[self.blank], self.tiles[target] = tile, 0
         self.blank = target
         self.moves_made += 1
-        return f"{DIRECTIONS[direction]}: tile {tile} slid {_TILE_SLIDES[direction]}."
+        note = f"{_SHOWN[direction]}: tile {tile} slid {_TILE_SLIDES[direction]}."
+        return Played(-self.move_penalty, note)
 
-    def _outcome(self, lines: list[str], moves: int, *, valid: bool = True) -> Outcome:
-        solved = self.tiles == self._goal
+    def _solved(self) -> bool:
+        return self.tiles == self._goal
+
+    def _outcome(self, turn: MoveTurn) -> Outcome:
+        # Moves before a bad one were made (and cost their move penalty).
+        solved = self._solved()
+        lines = list(turn.notes)
+        if turn.problem:
+            lines.append(f"Invalid action: {turn.problem}")
         state = self.render_text()
-        if not solved:
+        if solved:
+            lines.append(f"Solved in {self.moves_made} moves!")
+        else:
             state += f"\n\nLegal moves now: {self._legal_moves()}."
         return Outcome(
             "\n".join(lines) + "\n\n" + state,
-            reward=(SOLVED_REWARD if solved else 0.0) - self.move_penalty * moves,
+            reward=turn.reward + (SOLVED_REWARD if solved else 0.0),
             terminated=solved,
             success=solved,
-            action_valid=valid,
-            info={"moves": moves, "misplaced_tiles": self._misplaced()},
+            action_valid=turn.valid,
+            info={"moves": turn.played, "misplaced_tiles": self._misplaced()},
         )
-
-    def _invalid(self, why: str, *, done: list[str] | None = None) -> Outcome:
-        # Moves before the bad one were made (and cost their move penalty).
-        done = done or []
-        return self._outcome([*done, f"Invalid action: {why}"], len(done), valid=False)
 
     def _legal_moves(self) -> str:
         row = self._table[self.blank]
-        return ", ".join(name for name, cell in zip(DIRECTIONS, row) if cell >= 0)
+        return ", ".join(name for name, cell in zip(_SHOWN, row) if cell >= 0)
 
     def _misplaced(self) -> int:
         return sum(1 for tile, want in zip(self.tiles, self._goal) if tile and tile != want)
@@ -353,5 +339,5 @@ class SlidingPuzzleEnv(TextEnv):
         )
 
     def random_action(self, rng: np.random.Generator) -> str:
-        legal = [name for name, cell in zip(DIRECTIONS, self._table[self.blank]) if cell >= 0]
+        legal = [name for name, cell in zip(_SHOWN, self._table[self.blank]) if cell >= 0]
         return self.format_action(legal[int(rng.integers(len(legal)))])

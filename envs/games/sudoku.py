@@ -40,7 +40,8 @@ import numpy as np
 
 from agentgym.core import Outcome, TextEnv, check_number
 from agentgym.errors import ConfigError
-from agentgym.parsing import extract_answer, normalize, split_moves
+from agentgym.moves import MoveTurn, Played, play_moves
+from agentgym.parsing import extract_answer, normalize, read_int
 
 __all__ = ["SudokuEnv", "count_solutions"]
 
@@ -54,6 +55,8 @@ _CLEAR_WORDS = frozenset({"clear", "erase", "delete", "remove"})
 _NUMBER = re.compile(r"\d+")
 _WORD = re.compile(r"[a-z]+|[^\sa-z,;()\[\]]")
 _GRID_JUNK = re.compile(r"[\s|,+\-\[\]()]")
+_HOW_TO = ("write three numbers R C V (row, column, value), e.g. <answer>2 3 4</answer> puts 4 "
+           "at row 2, column 3; R C 0 clears a cell you filled")
 
 
 @lru_cache(maxsize=4)
@@ -157,6 +160,12 @@ def _random_solution(rng: np.random.Generator, size: int) -> list[int]:
     return grid
 
 
+def _cell_value(cell: Any) -> int:
+    """A cell of a level or of a whole-grid answer: 0 if empty ('.' or 0), -1 if unreadable."""
+    value = 0 if cell in (".", 0) else read_int(str(cell))
+    return -1 if value is None else value
+
+
 def _parse_level(level: Any) -> list[int]:
     """A flat grid from rows of digits ('.' or '0' empty), as a str or a list of rows."""
     rows = level.strip().splitlines() if isinstance(level, str) else level
@@ -166,8 +175,7 @@ def _parse_level(level: Any) -> list[int]:
     grid: list[int] = []
     for row in rows:
         cells = [ch for ch in row if ch not in " \t|"] if isinstance(row, str) else list(row)
-        grid.extend(0 if ch in (".", "0", 0) else int(ch) if str(ch).isdigit() else -1
-                    for ch in cells)
+        grid.extend(_cell_value(ch) for ch in cells)
     size = isqrt(len(grid))
     if size not in SIZES or size * size != len(grid) or len(rows) != size:
         raise ConfigError(f"A Sudoku level must be 4 rows of 4 or 9 rows of 9 cells; got "
@@ -294,70 +302,50 @@ class SudokuEnv(TextEnv):
     # -- moves ----------------------------------------------------------------
 
     def _play(self, action: str) -> Outcome:
-        answer = extract_answer(action)
-        if answer is None:
-            return self._outcome([], "No move found: write it inside <answer></answer>, "
-                                     "e.g. <answer>2 3 4</answer> puts 4 at row 2, column 3.", 0.0)
-        grid = self._read_grid(answer)
-        moves = split_moves(answer) if grid is None else self._grid_moves(grid)
-        if not moves:
-            return self._outcome([], "The answer is empty: write R C V, e.g. 2 3 4.", 0.0)
-        reward, notes, problem = 0.0, [], None
-        for index, text in enumerate(moves):
-            if index >= self.max_moves_per_turn and grid is None:
-                problem = (f"At most {self.max_moves_per_turn} moves per turn; "
-                           "the rest were ignored.")
-                break
-            move = _parse_move(text)
-            if move is None:
-                problem = (f"{text[:40]!r} is not a move: write three numbers R C V (row, column, "
-                           "value), e.g. 2 3 4; R C 0 clears a cell you filled.")
-                break
-            problem, gained, note = self._apply(*move)
-            if problem is not None:
-                break
-            reward += gained
-            notes.append(note)
-            if self._grid == self._solution:
-                break
-        if self._grid == self._solution:
-            reward += SOLVE_REWARD
-        return self._outcome(notes, problem, reward)
+        answer, limit = extract_answer(action), self.max_moves_per_turn
+        grid = None if answer is None else self._read_grid(answer)
+        if grid is not None:  # a whole grid is written as moves, as many as it takes
+            answer, limit = " || ".join(self._grid_moves(grid)), len(grid)
+        turn = play_moves(answer, read=_parse_move, apply=self._apply, is_over=self._solved,
+                          limit=limit, how_to=_HOW_TO)
+        return self._outcome(turn)
 
-    def _apply(self, row: int, col: int, value: int) -> tuple[str | None, float, str]:
-        """Place (or clear, ``value`` 0) one cell; return (problem or None, reward, note)."""
-        size, where = self._size, f"{row} {col} {value}"
+    def _apply(self, move: tuple[int, int, int]) -> Played | str:
+        """Place (or clear, value 0) one cell; return what it did, or why it is not allowed."""
+        (row, col, value), size = move, self._size
+        where = f"{row} {col} {value}"
         if not (1 <= row <= size and 1 <= col <= size):
-            return f"{where}: off the grid; rows and columns go 1-{size}.", 0.0, ""
+            return f"{where}: off the grid; rows and columns go 1-{size}."
         if not 0 <= value <= size:
-            return f"{where}: values go 1-{size} (0 clears a cell you filled).", 0.0, ""
+            return f"{where}: values go 1-{size} (0 clears a cell you filled)."
         cell = (row - 1) * size + col - 1
         if self._givens[cell]:
             return (f"{where}: row {row}, column {col} is a given ({self._grid[cell]}); "
-                    "givens cannot change.", 0.0, "")
+                    "givens cannot change.")
         if value == 0:
             if not self._grid[cell]:
-                return f"{where}: row {row}, column {col} is already empty.", 0.0, ""
+                return f"{where}: row {row}, column {col} is already empty."
             self._grid[cell] = 0
-            return None, 0.0, f"{where}: cleared"
+            return Played(note=f"{where}: cleared")
         clash = _clash(self._grid, size, cell, value)
         if clash:
-            return f"{where}: {clash}; a digit appears once per row, column and box.", 0.0, ""
+            return f"{where}: {clash}; a digit appears once per row, column and box."
         self._grid[cell] = value
         reward = 0.0
         if value == self._solution[cell] and cell not in self._credited:
             self._credited.add(cell)
             reward = self.placement_reward
-        return None, reward, f"{where}: placed"
+        return Played(reward, f"{where}: placed")
+
+    def _solved(self) -> bool:
+        return self._grid == self._solution
 
     def _read_grid(self, answer: str) -> list[int] | None:
         """The answer as a whole grid of size*size digits (0 or '.' empty), else None."""
         if "||" in answer:
             return None
-        digits = _GRID_JUNK.sub("", answer).replace(".", "0")
-        if len(digits) != self._size ** 2 or not digits.isdigit():
-            return None
-        return [int(d) for d in digits]
+        cells = [_cell_value(ch) for ch in _GRID_JUNK.sub("", answer)]
+        return cells if len(cells) == self._size ** 2 and -1 not in cells else None
 
     def _grid_moves(self, grid: list[int]) -> list[str]:
         """A whole grid as moves: your entries are cleared, then it is written row by row."""
@@ -367,17 +355,17 @@ class SudokuEnv(TextEnv):
         return [f"{i // size + 1} {i % size + 1} {v}" for i, v in enumerate(grid)
                 if v and (not givens[i] or v != self._grid[i])]
 
-    def _outcome(self, notes: list[str], problem: str | None, reward: float) -> Outcome:
-        solved = self._grid == self._solution
-        parts = [note + "." for note in notes]
-        if problem:
-            parts.append(problem)
+    def _outcome(self, turn: MoveTurn) -> Outcome:
+        solved = self._solved()
+        parts = [note.rstrip(".") + "." for note in turn.notes]
+        if turn.problem:
+            parts.append(turn.problem)
         parts.append(self.render_text())
         parts.append("Solved: every row, column and box is complete!" if solved
                      else f"Empty cells: {self._grid.count(0)}.")
-        return Outcome("\n".join(parts), reward, terminated=solved, success=solved,
-                       action_valid=problem is None,
-                       info={"moves": len(notes), "empty": self._grid.count(0)})
+        return Outcome("\n".join(parts), turn.reward + (SOLVE_REWARD if solved else 0.0),
+                       terminated=solved, success=solved, action_valid=turn.valid,
+                       info={"moves": turn.played, "empty": self._grid.count(0)})
 
     # -- text -----------------------------------------------------------------
 
@@ -425,11 +413,11 @@ class SudokuEnv(TextEnv):
 def _parse_move(text: str) -> tuple[int, int, int] | None:
     """``"r2c3=4"`` or ``"2, 3, 4"`` -> ``(2, 3, 4)``; ``clear 2 3`` -> ``(2, 3, 0)``."""
     cleaned = normalize(text)
-    # Cap the digits: int() refuses huge strings, and any big number is off the grid anyway.
-    numbers = [int(n[:6]) for n in _NUMBER.findall(cleaned)]
+    read = [read_int(n) for n in _NUMBER.findall(cleaned)]
+    numbers = [n for n in read if n is not None]
     words = _WORD.findall(_NUMBER.sub(" ", cleaned))
     clearing = [w for w in words if w in _CLEAR_WORDS]
-    if any(w not in _FILLER and w not in _CLEAR_WORDS for w in words):
+    if len(numbers) < len(read) or any(w not in _FILLER and w not in _CLEAR_WORDS for w in words):
         return None
     if clearing and len(numbers) == 2:
         return numbers[0], numbers[1], 0

@@ -102,7 +102,7 @@ def test_moves_in_one_turn_run_in_order_and_stop_at_the_end_of_the_episode() -> 
     observation, _, terminated, _, info = env.step(action)
     assert terminated and not info["success"]
     assert info["moves"] == 3
-    assert "1 move(s) not made" in observation
+    assert "1 move(s) not played" in observation
 
 
 def test_a_bad_move_stops_the_turn_but_keeps_the_moves_before_it() -> None:
@@ -115,12 +115,13 @@ def test_a_bad_move_stops_the_turn_but_keeps_the_moves_before_it() -> None:
     assert "P" in observation  # the state is shown again
 
 
-def test_too_many_moves_in_a_turn_changes_nothing() -> None:
-    env = load("SFF\nFFF\nFFG", max_moves_per_turn=2)
-    observation, _, _, _, info = env.step("<answer>Down || Down || Right</answer>")
-    assert info["action_valid"] is False
-    assert find(env, "P") == (0, 0)
-    assert "at most 2" in observation
+def test_moves_beyond_the_per_turn_limit_are_ignored_and_the_action_is_invalid() -> None:
+    env = load("SFF\nFFF\nFFG", max_moves_per_turn=2, format_penalty=0.2)
+    observation, reward, _, _, info = env.step("<answer>Down || Down || Right</answer>")
+    assert info["action_valid"] is False and info["moves"] == 2
+    assert find(env, "P") == (2, 0)  # the first two moves were made, Right was not
+    assert reward == pytest.approx(-0.2)
+    assert "At most 2 moves per turn; the other 1 were ignored." in observation
 
 
 @pytest.mark.parametrize(

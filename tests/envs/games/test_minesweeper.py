@@ -161,7 +161,7 @@ def test_moves_are_case_and_space_tolerant(spelling: str) -> None:
 
 
 @pytest.mark.parametrize("action, hint", [
-    ("reveal 1 1", "No move found"),
+    ("reveal 1 1", "No action found"),
     ("<answer></answer>", "empty"),
     ("<answer>jump 1 1</answer>", "is not a move"),
     ("<answer>reveal 1</answer>", "is not a move"),

@@ -141,11 +141,12 @@ def test_moves_after_the_solution_are_not_made() -> None:
     assert terminated and info["success"] and info["moves"] == 2 and reward == 1.0
 
 
-def test_too_many_moves_in_a_turn_changes_nothing() -> None:
+def test_moves_beyond_the_per_turn_limit_are_ignored_and_the_action_is_invalid() -> None:
     env = load(CENTRE, max_moves_per_turn=2)
-    observation, _, _, _, info = env.step("<answer>Up || Down || Up</answer>")
-    assert info["action_valid"] is False and key(env) == "1 2 3 4 _ 5 7 8 6"
-    assert "at most 2" in observation
+    observation, _, _, _, info = env.step("<answer>Up || Left || Down</answer>")
+    assert info["action_valid"] is False and info["moves"] == 2
+    assert key(env) == "_ 1 3 4 2 5 7 8 6"  # Up and Left were made, Down was not
+    assert "At most 2 moves per turn; the other 1 were ignored." in observation
 
 
 def test_move_penalty_is_taken_per_move() -> None:

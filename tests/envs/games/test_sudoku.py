@@ -159,11 +159,12 @@ def test_moves_are_tolerant_of_spelling(spelling: str) -> None:
 
 
 @pytest.mark.parametrize("action, hint", [
-    ("1 2 2", "No move found"),
+    ("1 2 2", "No action found"),
     ("<answer> </answer>", "empty"),
     ("<answer>1 2</answer>", "is not a move"),
     ("<answer>1 2 3 4</answer>", "is not a move"),
     ("<answer>put two in the corner</answer>", "is not a move"),
+    ("<answer>" + "\u00b2" * 16 + "</answer>", "is not a move"),  # isdigit() but not int()
 ])
 def test_unreadable_actions_explain_the_format(action: str, hint: str) -> None:
     _, [(observation, reward, terminated, _, info)] = play(action)
