@@ -5,10 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 import agentgym
 from agentgym.core import Outcome, TextEnv
 from agentgym.parsing import extract_answer, normalize
+
+
+# Property tests: quick in CI; `pytest --hypothesis-profile fuzz` digs deeper.
+settings.register_profile("ci", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=3000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci")
 
 
 class EchoEnv(TextEnv):

@@ -83,6 +83,10 @@ def play_command(
 
 def _read_line() -> str | None:
     try:
+        import readline  # noqa: F401  (arrow keys and history at the prompt, where available)
+    except ImportError:
+        pass
+    try:
         return input("action> ")
     except EOFError:
         return None

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import agentgym
@@ -105,7 +105,6 @@ _HOSTILE_TEXT = st.one_of(
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(actions=st.lists(_HOSTILE_TEXT, min_size=1, max_size=4))
 def test_any_text_gives_a_valid_step(env_id: str, actions: list[str]) -> None:
     env = gym.make(env_id, disable_env_checker=True).unwrapped
