@@ -5,7 +5,7 @@
 #   scripts/setup.sh test       plus what the test suite needs
 #   scripts/setup.sh train,test extras, comma separated (see pyproject.toml)
 #
-# Extras that need PyTorch get the CPU build (torch==2.13.0) first when the
+# Extras that need PyTorch (train, serve, test, all) get the CPU build (torch==2.13.0) first when the
 # machine has no NVIDIA GPU: an unpinned torch would pull gigabytes of CUDA.
 # Set PYTHON to choose the interpreter (3.11 or newer), VENV to choose the folder.
 set -euo pipefail
@@ -23,7 +23,7 @@ fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet)
 
-if [[ ",$extras," =~ ,(train|serve|all|vllm), ]] && ! command -v nvidia-smi >/dev/null 2>&1; then
+if [[ ",$extras," =~ ,(train|serve|test|all|vllm), ]] && ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "No NVIDIA GPU here: installing the CPU build of PyTorch first."
     "${pip[@]}" "torch==2.13.0"
 fi

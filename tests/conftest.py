@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +14,9 @@ import agentgym
 from agentgym.core import Outcome, TextEnv
 from agentgym.parsing import extract_answer, normalize
 
+
+# Models the tests build (the tiny model) go to one cache per machine, never ~/.cache.
+os.environ.setdefault("AGENTGYM_CACHE", str(Path(tempfile.gettempdir()) / "agentgym-test-cache"))
 
 # Property tests: quick in CI; `pytest --hypothesis-profile fuzz` digs deeper.
 settings.register_profile("ci", max_examples=60, deadline=None,
@@ -55,3 +61,11 @@ agentgym.register(ECHO_ID, "conftest:EchoEnv", family="test", description="Echo 
 @pytest.fixture
 def echo_env() -> EchoEnv:
     return EchoEnv()
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    """Folder of the tiny local model (built once per machine, then cached)."""
+    from agentgym.models import resolve_model
+
+    return resolve_model("tiny")

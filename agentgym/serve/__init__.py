@@ -1,0 +1,1 @@
+"""Serving models over the OpenAI API: the built-in server and the vLLM launcher."""

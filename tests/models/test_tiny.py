@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentgym.errors import ConfigError
+from agentgym.models import TinySpec, build_tiny_model, resolve_model, tiny_spec
+
+
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [("tiny", TinySpec()), ("tiny-256x4", TinySpec(hidden_size=256, num_layers=4)),
+     ("Qwen/Qwen3-0.6B", None), ("/models/mine", None), ("tinyllama", None)],
+)
+def test_tiny_names(name: str, spec: TinySpec | None) -> None:
+    assert tiny_spec(name) == spec
+
+
+@pytest.mark.parametrize("name", ["tiny-100x2", "tiny-128x0", "tiny-8192x2"])
+def test_bad_tiny_sizes_are_explained(name: str) -> None:
+    with pytest.raises(ConfigError, match="multiple of 64"):
+        tiny_spec(name)
+
+
+def test_other_names_pass_through_unchanged() -> None:
+    assert resolve_model("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+
+
+def test_tiny_model_is_a_llama_with_64_wide_heads(tiny_model: str) -> None:
+    config = json.loads((Path(tiny_model) / "config.json").read_text())
+    assert config["model_type"] == "llama"
+    assert config["head_dim"] == 64 and config["hidden_size"] == 128
+    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 1024
+
+
+def test_the_cache_is_reused(tiny_model: str) -> None:
+    weights = Path(tiny_model) / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    assert resolve_model("tiny") == tiny_model
+    assert weights.stat().st_mtime_ns == before
+
+
+def test_tokenizer_round_trips_game_text_and_renders_chatml(tiny_model: str) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    text = "Level:\n######\n#P_X_O#\n<answer>Up || Left</answer> 中文 😀"
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Play."}, {"role": "user", "content": "Go"}],
+        add_generation_prompt=True, tokenize=False,
+    )
+    assert rendered == "<|im_start|>system\nPlay.<|im_end|>\n<|im_start|>user\nGo<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert len(tokenizer.encode("<answer>Up</answer>")) <= 8  # 19 bytes: BPE learned game text
+
+
+def test_the_model_generates_and_stops_on_im_end(tiny_model: str) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert model.generation_config.eos_token_id == model.config.eos_token_id
+    output = model.generate(torch.tensor([[1, 85, 91]]), max_new_tokens=5, do_sample=False)
+    assert output.shape == (1, 8)
+
+
+def test_a_different_seed_gives_different_weights(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    first = build_tiny_model(tmp_path / "a", TinySpec(hidden_size=64, num_layers=1, seed=0))
+    second = build_tiny_model(tmp_path / "b", TinySpec(hidden_size=64, num_layers=1, seed=1))
+    name = "model.embed_tokens.weight"
+    assert not load_file(first / "model.safetensors")[name].equal(load_file(second / "model.safetensors")[name])
+    assert not list(tmp_path.glob(".building-*"))
