@@ -9,7 +9,16 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
     │   └── DuplicateEnvError  an id registered twice with different entry points
     ├── EnvUsageError          the env was driven out of order or given a non-str action
     │   └── ResetNeeded        step() before reset(), or after the episode ended
-    └── PolicyError            a policy could not produce an action (e.g. a script ran out)
+    ├── PolicyError            a policy could not produce an action (e.g. a script ran out)
+    │   └── ServerRequestError a request to the model server failed (after its retries)
+    ├── ServerStartError       a model server agentgym launched exited or did not answer in time
+    ├── WeightSyncError        a running model server did not take the new weights
+    └── ServeError             the built-in server refused a request (HTTP status, param)
+        ├── InvalidRequestError  a field of the request is invalid (400)
+        │   ├── ModelNotFoundError   no model or adapter is served under that name (404)
+        │   └── WeightLoadError      a weights folder is missing, unreadable or mismatched (400)
+        ├── AuthenticationError  no or a wrong API key (401)
+        └── UnsupportedError     the server lacks a feature (e.g. LoRA without peft) (501)
 
     AgentGymWarning (a UserWarning)
     └── PluginLoadWarning      a third-party env plugin failed to load; the rest still work
@@ -25,14 +34,23 @@ from __future__ import annotations
 __all__ = [
     "AgentGymError",
     "AgentGymWarning",
+    "AuthenticationError",
     "ConfigError",
     "DuplicateEnvError",
     "EnvUsageError",
+    "InvalidRequestError",
+    "ModelNotFoundError",
     "PluginLoadWarning",
     "PolicyError",
     "RegistryError",
     "ResetNeeded",
+    "ServeError",
+    "ServerRequestError",
+    "ServerStartError",
     "UnknownEnvError",
+    "UnsupportedError",
+    "WeightSyncError",
+    "WeightLoadError",
 ]
 
 
@@ -74,6 +92,69 @@ class ResetNeeded(EnvUsageError):
 
 class PolicyError(AgentGymError):
     """A policy could not produce an action."""
+
+
+class ServerRequestError(PolicyError):
+    """A request to the model server failed, after retrying what can be retried."""
+
+
+class ServerStartError(AgentGymError, RuntimeError):
+    """A model server process (e.g. vLLM) exited or did not answer before its startup timeout.
+
+    The message ends with the tail of the server's log.
+    """
+
+
+class WeightSyncError(AgentGymError, RuntimeError):
+    """A running model server did not take new weights (the call failed or was refused)."""
+
+
+class ServeError(AgentGymError):
+    """The built-in server refused a request; rendered as the OpenAI error shape.
+
+    ``status_code`` is the HTTP status, ``param`` the request field at fault
+    (or None), ``error_type`` the ``type`` of the error body (vLLM's names).
+    """
+
+    status_code: int = 500
+    error_type: str = "InternalServerError"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequestError(ServeError, ValueError):
+    """A request field is invalid; the message names it, says what came and what is allowed."""
+
+    status_code = 400
+    error_type = "BadRequestError"
+
+
+class ModelNotFoundError(InvalidRequestError, LookupError):
+    """No model (or LoRA adapter) is served under the requested name."""
+
+    status_code = 404
+    error_type = "NotFoundError"
+
+
+class WeightLoadError(InvalidRequestError):
+    """New weights could not be loaded: missing folder, unknown tensor names or shapes."""
+
+
+class AuthenticationError(ServeError):
+    """The server wants ``Authorization: Bearer KEY`` and got no key or a wrong one."""
+
+    status_code = 401
+    error_type = "AuthenticationError"
+
+
+class UnsupportedError(ServeError):
+    """The server cannot do this here (for example LoRA adapters without ``peft``)."""
+
+    status_code = 501
+    error_type = "NotImplementedError"
 
 
 class AgentGymWarning(UserWarning):

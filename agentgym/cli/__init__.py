@@ -1,4 +1,4 @@
-"""The ``agentgym`` command: ``list``, ``play``, ``rollout``.
+"""The ``agentgym`` command: ``list``, ``play``, ``rollout``, ``view``, ``serve``.
 
 Each command lives in its own module; this one only assembles the app.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from agentgym.cli import envs_cmd, rollout_cmd
+from agentgym.cli import envs_cmd, rollout_cmd, view_cmd
 
 __all__ = ["app", "main"]
 
@@ -21,6 +21,7 @@ app = typer.Typer(
 app.command("list")(envs_cmd.list_command)
 app.command("play")(envs_cmd.play_command)
 app.command("rollout")(rollout_cmd.rollout_command)
+app.command("view")(view_cmd.view_command)
 
 
 def main() -> None:

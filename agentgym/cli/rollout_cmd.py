@@ -1,68 +1,186 @@
-"""``agentgym rollout``: play episodes with a policy and print them."""
+"""``agentgym rollout``: play episodes with a model (or a model-free policy) and record them."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
 from enum import Enum
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentgym.cli.common import ENV_KWARG_HELP, console, fail, make_env, parse_env_kwargs
-from agentgym.rollout import EpisodeRecord, RandomPolicy, play_episode
+from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
+from agentgym.errors import AgentGymError
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.policies import RandomPolicy
+from agentgym.rollout.rows import TrajectoryRow
 
 __all__ = ["rollout_command"]
 
 
 class PolicyName(str, Enum):
+    model = "model"
     random = "random"
 
 
 def rollout_command(
     env_id: Annotated[str, typer.Option("--env", help="Env id, e.g. Sokoban-LLM-v0.")],
-    policy: Annotated[PolicyName, typer.Option(help="Who plays.")] = PolicyName.random,
-    episodes: Annotated[int, typer.Option(help="Episodes to play.")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of the first episode; episode i uses seed+i.")] = 0,
-    quiet: Annotated[bool, typer.Option(help="Print only the summary.")] = False,
+    policy: Annotated[PolicyName, typer.Option(help="Who plays: a model behind a server, or random moves.")] = PolicyName.model,
+    model: Annotated[str, typer.Option(help="Model: 'tiny', a local folder or a hub id.")] = "tiny",
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server (ending in /v1); none: start the built-in one.")] = None,
+    api_key: Annotated[str, typer.Option(help="API key for --base-url.")] = "EMPTY",
+    episodes: Annotated[int, typer.Option(help="Episodes in all.")] = 8,
+    group_size: Annotated[int, typer.Option(help="Episodes per seed (a GRPO group).")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Episodes playing at once.")] = 32,
+    max_turns: Annotated[int | None, typer.Option(help="Turn limit (default: the env's).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens one turn may sample.")] = 64,
+    max_context: Annotated[int, typer.Option(help="Tokens an episode may hold.")] = 4096,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed of the first group; group g plays seed+g.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write the rows to this Parquet file.")] = None,
+    resume: Annotated[bool, typer.Option(help="Skip the episodes --out already holds.")] = False,
+    chat_mode: Annotated[bool, typer.Option(help="Use chat completions (servers without token ids).")] = False,
+    show: Annotated[int, typer.Option(help="Print this many finished episodes in full.")] = 3,
     env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
 ) -> None:
-    """Play episodes with a policy, print each one and a summary."""
-    if episodes < 1:
-        raise fail(f"--episodes must be at least 1, got {episodes}.")
-    env = make_env(env_id, parse_env_kwargs(env_kwarg))
-    player = RandomPolicy(seed=seed)
-    records = []
-    for index in range(episodes):
-        record = play_episode(env, player, seed=seed + index)
-        records.append(record)
-        if not quiet:
-            _print_episode(index, record)
-    console.print(_summary(env_id, policy.value, records))
+    """Play episodes, record them token by token, print a summary."""
+    if resume and out is None:
+        raise fail("--resume needs --out (the file to continue).")
+    try:
+        config = RolloutConfig(
+            env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
+            concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
+            max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode,
+        )
+        rows = asyncio.run(_run(config, policy, model, base_url, api_key, temperature, out, resume, show))
+    except AgentGymError as exc:
+        raise fail(str(exc)) from exc
+    console.print(_summary(env_id, policy.value if policy is PolicyName.random else model, rows))
+    if out is not None:
+        console.print(f"Rows written to {escape(str(out))} (load with datasets.load_dataset('parquet', ...)).")
 
 
-def _print_episode(index: int, record: EpisodeRecord) -> None:
-    console.rule(f"episode {index} (seed {record.seed})")
-    console.print(escape(record.first_observation))
-    for number, turn in enumerate(record.turns, start=1):
-        flag = "" if turn.action_valid else "  [red](invalid)[/]"
-        console.print(f"[bold cyan]turn {number}> {escape(turn.action)}[/]{flag}")
-        console.print(f"{escape(turn.observation)}\n[dim]reward {turn.reward:+g}[/]")
-    outcome = "solved" if record.success else "not solved"
-    console.print(f"[bold]{outcome}[/], reward {record.total_reward:g} in {record.num_turns} turns")
+async def _run(config: RolloutConfig, policy: PolicyName, model: str, base_url: str | None, api_key: str,
+               temperature: float, out: Path | None, resume: bool, show: int) -> list[TrajectoryRow]:
+    from agentgym.rollout.storage import RolloutWriter, done_episodes
+
+    skip = done_episodes(out) if resume and out is not None else set()
+    writer = RolloutWriter(out, resume=resume) if out is not None else None
+    rows: list[TrajectoryRow] = []
+    with _policy(policy, model, base_url, api_key, temperature, config, out) as (player, renderer), \
+            _progress(config, len(skip)) as report:
+        shown = 0
+
+        def finished(episode_rows: list[TrajectoryRow]) -> None:
+            nonlocal shown
+            rows.extend(episode_rows)
+            if writer is not None:
+                writer.add(episode_rows)
+            report(episode_rows)
+            if shown < show:
+                shown += 1
+                print_episode(episode_rows[0])
+
+        try:
+            manager = EnvManager(config, player, renderer=renderer, on_episode=finished)
+            await manager.run(skip=skip)
+        finally:
+            if hasattr(player, "aclose"):
+                await player.aclose()
+            if writer is not None:
+                writer.close()
+    return rows
 
 
-def _summary(env_id: str, policy: str, records: list[EpisodeRecord]) -> Table:
-    count = len(records)
-    turns = sum(record.num_turns for record in records)
-    table = Table(title=f"{env_id}, {policy} policy")
-    for column in ("episodes", "mean reward", "success rate", "mean turns", "invalid actions"):
+@contextlib.contextmanager
+def _policy(policy: PolicyName, model: str, base_url: str | None, api_key: str, temperature: float,
+            config: RolloutConfig, out: Path | None) -> Iterator[tuple[Any, Any]]:
+    """The player and the renderer; starts the built-in server when no --base-url is given.
+
+    A model-free policy records token ids (in --model's tokenizer) only when
+    the rows are written, so a quick random rollout needs no model at all.
+    """
+    if policy is PolicyName.random:
+        yield RandomPolicy(seed=config.seed), (_renderer(model) if out is not None else None)
+        return
+    renderer = _renderer(model)
+    from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
+
+    sampling = SamplingConfig(temperature=temperature, max_tokens=config.max_tokens_per_turn)
+    with contextlib.ExitStack() as stack:
+        served_name = model
+        if base_url is None:
+            from agentgym.serve.launch import BuiltinServer
+
+            console.print(f"Starting the built-in server with model {escape(model)} ...")
+            server = stack.enter_context(BuiltinServer(model))
+            base_url, served_name = server.base_url, server.model_name
+        yield OpenAIPolicy(base_url, served_name, api_key=api_key, sampling=sampling,
+                           max_connections=config.concurrency), renderer
+
+
+def _renderer(model: str) -> Any:
+    from transformers import AutoTokenizer
+
+    from agentgym.models import resolve_model
+    from agentgym.rollout.chat import ChatRenderer
+
+    return ChatRenderer(AutoTokenizer.from_pretrained(resolve_model(model)))
+
+
+@contextlib.contextmanager
+def _progress(config: RolloutConfig, already: int) -> Iterator[Any]:
+    """A live bar: episodes done, mean reward, success rate, sampled tokens/s."""
+    progress = Progress(TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=console,
+                        transient=False)
+    stats = {"episodes": 0, "reward": 0.0, "success": 0, "tokens": 0, "start": time.monotonic()}
+    task = progress.add_task("rollout", total=config.episodes, completed=already, stats="")
+
+    def report(rows: list[TrajectoryRow]) -> None:
+        stats["episodes"] += 1
+        stats["reward"] += rows[0].reward
+        stats["success"] += rows[0].success
+        stats["tokens"] += sum(sum(row.completion_mask) for row in rows)
+        count, elapsed = stats["episodes"], max(time.monotonic() - stats["start"], 1e-9)
+        progress.update(task, advance=1, stats=(
+            f"reward {stats['reward'] / count:.2f}  success {stats['success'] / count:.0%}  "
+            f"{stats['tokens'] / elapsed:,.0f} tok/s"))
+
+    with progress:
+        yield report
+
+
+def print_episode(row: TrajectoryRow) -> None:
+    """An episode as a readable conversation."""
+    console.rule(f"{escape(row.episode_id)}  reward {row.reward:g}  "
+                 f"{'solved' if row.success else 'not solved'}  ({row.stop_reason})")
+    for message in row.messages[1:]:  # the system prompt is the env's instructions
+        style = "bold cyan" if message.role == "assistant" else "default"
+        console.print(f"[{style}]{message.role}>[/] {escape(message.content)}")
+    if row.error:
+        console.print(f"[red]error: {escape(row.error)}[/]")
+
+
+def _summary(env_id: str, policy: str, rows: list[TrajectoryRow]) -> Table:
+    episodes = [row for row in rows if row.row_index == 0]
+    count = max(len(episodes), 1)
+    turns = sum(row.num_turns for row in episodes)
+    table = Table(title=f"{env_id}, {policy}")
+    for column in ("episodes", "mean reward", "success rate", "mean turns", "invalid actions", "failed"):
         table.add_column(column, justify="right")
     table.add_row(
-        str(count),
-        f"{sum(record.total_reward for record in records) / count:.3f}",
-        f"{sum(record.success for record in records) / count:.1%}",
+        str(len(episodes)),
+        f"{sum(row.reward for row in episodes) / count:.3f}",
+        f"{sum(row.success for row in episodes) / count:.1%}",
         f"{turns / count:.1f}",
-        f"{sum(record.invalid_actions for record in records) / max(turns, 1):.1%}",
+        f"{sum(row.invalid_actions for row in episodes) / max(turns, 1):.1%}",
+        str(sum(row.error is not None for row in episodes)),
     )
     return table

@@ -3,7 +3,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from pathlib import Path
+
 from agentgym.cli import app
+from agentgym.rollout.storage import read_rows
 from agentgym.envs.games.sokoban import SokobanEnv
 from sokoban_solver import solve
 
@@ -22,31 +25,52 @@ def test_list_filters_by_family() -> None:
     assert "Sokoban-LLM-v0" in result.output and "Echo-LLM-v0" not in result.output
 
 
-def test_rollout_prints_turns_and_a_summary() -> None:
-    result = runner.invoke(app, ["rollout", "--env", "Sokoban-LLM-v0", "--episodes", "2", "--seed", "3"],
-                           terminal_width=200)
+RANDOM = ["rollout", "--env", "Sokoban-LLM-v0", "--policy", "random", "--concurrency", "1"]
+
+
+def test_rollout_prints_episodes_and_a_summary() -> None:
+    result = runner.invoke(app, [*RANDOM, "--episodes", "2", "--seed", "3", "--show", "2"], terminal_width=200)
     assert result.exit_code == 0, result.output
-    assert "episode 0 (seed 3)" in result.output and "episode 1 (seed 4)" in result.output
-    assert "turn 1> <answer>" in result.output
+    assert "Sokoban-LLM-v0/s3/g0/e0" in result.output and "Sokoban-LLM-v0/s4/g1/e0" in result.output
+    assert "assistant> <answer>" in result.output and "user> " in result.output
     assert "success rate" in result.output and "mean reward" in result.output
 
 
 def test_rollout_is_reproducible_and_takes_env_kwargs() -> None:
-    args = ["rollout", "--env", "Sokoban-LLM-v0", "--episodes", "1", "-k", "dim_room=[7, 8]", "-k", "max_turns=4"]
+    args = [*RANDOM, "--episodes", "1", "-k", "dim_room=[7, 8]", "--max-turns", "4"]
     first = runner.invoke(app, args, terminal_width=200)
     assert first.exit_code == 0, first.output
-    assert first.output == runner.invoke(app, args, terminal_width=200).output
-    assert "#" * 8 in first.output and "turn 5>" not in first.output
+    second = runner.invoke(app, args, terminal_width=200)
+    strip = lambda text: [line for line in text.splitlines() if "rollout" not in line]  # noqa: E731
+    assert strip(first.output) == strip(second.output)  # the progress line has timings
+    assert "#" * 8 in first.output and first.output.count("assistant>") <= 4
+
+
+def test_rollout_writes_parquet_resumes_and_view_reads_it(tmp_path: Path) -> None:
+    out = tmp_path / "r.parquet"
+    first = runner.invoke(app, [*RANDOM, "--episodes", "2", "--out", str(out)], terminal_width=200)
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, [*RANDOM, "--episodes", "2", "--out", str(out)], terminal_width=200)
+    assert again.exit_code == 2 and "already exists: pass --resume" in again.output
+    more = runner.invoke(app, [*RANDOM, "--episodes", "4", "--out", str(out), "--resume"], terminal_width=200)
+    assert more.exit_code == 0, more.output
+    assert sorted(row.key for row in read_rows(out)) == [(0, 0), (1, 0), (2, 0), (3, 0)]
+    view = runner.invoke(app, ["view", str(out), "--episode", "g3", "--tokens"], terminal_width=200)
+    assert view.exit_code == 0, view.output
+    assert "Sokoban-LLM-v0/s3/g3/e0" in view.output and "<|im_start|>assistant" in view.output
+    assert "1 of 1 rows shown" in view.output
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["rollout", "--env", "Sokobn-LLM-v0"], "Did you mean 'Sokoban-LLM-v0'"),
-        (["rollout", "--env", "Sokoban-LLM-v0", "-k", "dim_room"], "KEY=VALUE"),
-        (["rollout", "--env", "Sokoban-LLM-v0", "-k", "colour=red"], "does not take those arguments"),
-        (["rollout", "--env", "Sokoban-LLM-v0", "-k", "num_boxes=9"], "num_boxes=9 does not fit"),
-        (["rollout", "--env", "Sokoban-LLM-v0", "--episodes", "0"], "at least 1"),
+        ([*RANDOM, "-k", "dim_room"], "KEY=VALUE"),
+        ([*RANDOM, "-k", "colour=red"], "does not take those arguments"),
+        ([*RANDOM, "-k", "num_boxes=9"], "num_boxes=9 does not fit"),
+        ([*RANDOM, "--episodes", "0"], "episodes must be at least 1"),
+        ([*RANDOM, "--resume"], "--resume needs --out"),
+        (["view", "missing.parquet"], "does not exist"),
         (["play", "Sokobn-LLM-v0"], "Did you mean"),
     ],
 )

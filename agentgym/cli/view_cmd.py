@@ -1,0 +1,63 @@
+"""``agentgym view``: read recorded episodes as conversations, or see their tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from agentgym.cli.common import console, fail
+from agentgym.cli.rollout_cmd import print_episode
+from agentgym.rollout.rows import TrajectoryRow
+
+__all__ = ["view_command"]
+
+
+def view_command(
+    path: Annotated[Path, typer.Argument(metavar="FILE", help="A Parquet file written by agentgym rollout.")],
+    episode: Annotated[str | None, typer.Option(help="Only the episode whose id contains this text.")] = None,
+    limit: Annotated[int, typer.Option(help="Print at most this many episodes.")] = 5,
+    tokens: Annotated[bool, typer.Option(help="Show the token ids' text: sampled (green) and env (dim).")] = False,
+    model: Annotated[str, typer.Option(help="Tokenizer to decode --tokens with.")] = "tiny",
+) -> None:
+    """Print recorded episodes as readable conversations."""
+    from agentgym.rollout.storage import read_rows
+
+    if not path.exists():
+        raise fail(f"{path} does not exist: give a file written by `agentgym rollout --out`.")
+    rows = [row for row in read_rows(path) if episode is None or episode in row.episode_id]
+    if not rows:
+        raise fail(f"no episode in {path}" + (f" matches {episode!r}." if episode else "."))
+    decode = _decoder(model) if tokens else None
+    for row in rows[:limit]:
+        print_episode(row)
+        if decode is not None:
+            console.print(_token_view(row, decode))
+    console.print(f"[dim]{min(limit, len(rows))} of {len(rows)} rows shown.[/]")
+
+
+def _decoder(model: str):  # -> Callable[[list[int]], str]
+    from transformers import AutoTokenizer
+
+    from agentgym.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _token_view(row: TrajectoryRow, decode) -> Text:  # noqa: ANN001
+    """The row's tokens as text, each run coloured by who wrote it."""
+    text = Text()
+    text.append(decode(row.prompt_ids), style="dim")
+    start = 0
+    mask = row.completion_mask
+    for end in range(1, len(mask) + 1):
+        if end == len(mask) or mask[end] != mask[start]:
+            style = "bold green" if mask[start] else "dim"
+            text.append(decode(row.completion_ids[start:end]), style=style)
+            start = end
+    return text
+
+

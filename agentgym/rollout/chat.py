@@ -1,0 +1,89 @@
+"""Render a conversation into token ids turn by turn, without retokenizing.
+
+The env manager keeps each episode as token ids: the prompt, then for every
+turn the ids the model sampled and the ids of the env's reply. The reply's ids
+are the chat template's *delta*: render a dummy conversation with and without
+one more user message and keep the difference. So the ids the trainer sees are
+exactly the ids the model saw, and the model's own tokens are never re-encoded
+(re-encoding text can merge tokens differently and shift the logprobs).
+
+For a ChatML template the pieces are::
+
+    prompt:  <|im_start|>system\\n...<|im_end|>\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n
+    sampled: ...<|im_end|>                       (mask 1)
+    close:   \\n                                  (mask 0; <|im_end|> too if the model did not write it)
+    reply:   <|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n   (mask 0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentgym.errors import ConfigError
+
+__all__ = ["ChatRenderer"]
+
+_PROBE_USER, _PROBE_ASSISTANT = "Probe question.", "Probe answer."
+
+
+class ChatRenderer:
+    """Token ids of a conversation's pieces under a tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError(
+                "The tokenizer has no chat template; agentgym needs one to render turns. "
+                "Use an instruct/chat model or set tokenizer.chat_template."
+            )
+        self.tokenizer = tokenizer
+        self.eos_id: int = tokenizer.eos_token_id
+        self._base = self._render(self._probe(with_reply=False), generation_prompt=False)
+        self._turn_suffix = self._after_last_eos(self._base)
+
+    def _render(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False
+        )
+        return list(ids)
+
+    @staticmethod
+    def _probe(*, with_reply: bool, reply: str = "") -> list[dict[str, str]]:
+        messages = [
+            {"role": "system", "content": "Probe."},
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": _PROBE_ASSISTANT},
+        ]
+        if with_reply:
+            messages.append({"role": "user", "content": reply})
+        return messages
+
+    def _after_last_eos(self, ids: list[int]) -> list[int]:
+        if self.eos_id not in ids:
+            raise ConfigError("The chat template never writes the tokenizer's eos token after a turn.")
+        last = len(ids) - 1 - ids[::-1].index(self.eos_id)
+        return ids[last + 1 :]
+
+    def prompt_ids(self, system: str, user: str) -> list[int]:
+        """The first prompt: instructions, the task, the assistant header."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return self._render(messages, generation_prompt=True)
+
+    def close_turn_ids(self, sampled: list[int]) -> list[int]:
+        """Ids that end an assistant turn after ``sampled`` (eos if missing, then the suffix)."""
+        ending = [] if sampled and sampled[-1] == self.eos_id else [self.eos_id]
+        return ending + self._turn_suffix
+
+    def reply_ids(self, observation: str) -> list[int]:
+        """Ids of the env's reply as the next user turn, up to the assistant header."""
+        base = self._base
+        full = self._render(self._probe(with_reply=True, reply=observation), generation_prompt=True)
+        if full[: len(base)] != base:
+            raise ConfigError(
+                "The chat template renders earlier turns differently once a turn is added "
+                "(e.g. it strips reasoning from past turns); token-in/token-out needs a "
+                "template that only appends. Use --chat-mode for such models."
+            )
+        return full[len(base) :]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

@@ -1,0 +1,286 @@
+"""The trajectory env manager: many multi-turn episodes at once, recorded token by token.
+
+Episodes run as asyncio tasks. ``group_size`` episodes share a seed (a GRPO
+group); a semaphore bounds how many play at once; blocking env calls run in a
+thread pool; each episode has a turn limit, a context-token budget and a
+timeout. An episode that fails (the server gave up, the env raised, the
+timeout passed) is still written, with its error: nothing is dropped.
+
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=64, group_size=8)
+    async with OpenAIPolicy(base_url, "tiny") as policy:
+        rows = await EnvManager(config, policy, renderer=ChatRenderer(tokenizer)).run()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import agentgym
+from agentgym.core import check_number
+from agentgym.errors import AgentGymError, ConfigError
+from agentgym.registry import env_info
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.policies import Policy
+from agentgym.rollout.policy import Generation, OpenAIPolicy
+from agentgym.rollout.rows import Message, TrajectoryRow
+
+__all__ = ["EnvManager", "RolloutConfig"]
+
+
+@dataclass
+class RolloutConfig:
+    """What to play. Validated on creation; each message names the fix."""
+
+    env_id: str
+    #: constructor arguments of the env
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: episodes in all; groups of ``group_size`` share a seed
+    episodes: int = 8
+    group_size: int = 1
+    #: episodes playing at once
+    concurrency: int = 32
+    #: turn limit per episode (None: the env's own ``max_turns``)
+    max_turns: int | None = None
+    #: tokens an episode's context may hold; past it the episode is truncated
+    max_context_tokens: int = 4096
+    #: tokens one turn may sample
+    max_tokens_per_turn: int = 256
+    #: seconds an episode may take
+    episode_timeout: float = 600.0
+    #: seed of group 0; group g plays seed + g
+    seed: int = 0
+    #: use chat completions and retokenize (for servers that return no token ids)
+    chat_mode: bool = False
+
+    def __post_init__(self) -> None:
+        env_info(self.env_id)  # "did you mean" for a misspelt id
+        for name in ("episodes", "group_size", "concurrency", "max_context_tokens", "max_tokens_per_turn"):
+            check_number(name, getattr(self, name), minimum=1)
+        if self.max_turns is not None:
+            check_number("max_turns", self.max_turns, minimum=1)
+        check_number("episode_timeout", self.episode_timeout, minimum=0.001, integer=False)
+        if self.episodes % self.group_size:
+            raise ConfigError(
+                f"episodes ({self.episodes}) must be a multiple of group_size ({self.group_size}) "
+                "so every group is complete."
+            )
+        self._check_env_kwargs()
+
+    def _check_env_kwargs(self) -> None:
+        """Build the env once, so bad arguments fail now rather than in every episode."""
+        kwargs = dict(self.env_kwargs)
+        if self.max_turns is not None:
+            kwargs["max_turns"] = self.max_turns
+        try:
+            agentgym.make(self.env_id, **kwargs).close()
+        except TypeError as exc:
+            raise ConfigError(f"{self.env_id} does not take those arguments: {exc}") from exc
+
+    def episode_keys(self) -> list[tuple[int, int]]:
+        """(group, index in group) of every episode of the run."""
+        groups = self.episodes // self.group_size
+        return [(group, index) for group in range(groups) for index in range(self.group_size)]
+
+
+@dataclass
+class _Segment:
+    """One training row being built."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def add(self, ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
+        self.completion_ids += ids
+        self.completion_mask += [int(sampled)] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+@dataclass
+class _Episode:
+    """Everything recorded about one episode so far (kept even if it fails)."""
+
+    group_id: int
+    index_in_group: int
+    seed: int
+    messages: list[Message] = field(default_factory=list)
+    segments: list[_Segment] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    invalid_actions: int = 0
+    success: bool = False
+    terminated: bool = False
+    truncated: bool = False
+    stop_reason: str = ""
+    policy_version: int | None = None
+    retokenized: bool = False
+    error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def context(self) -> list[int]:
+        segment = self.segments[-1]
+        return segment.prompt_ids + segment.completion_ids
+
+
+class EnvManager:
+    """Play the episodes of a :class:`RolloutConfig` with a policy.
+
+    Args:
+        policy: an :class:`OpenAIPolicy` (a model), or a model-free policy
+            (random, scripted) whose text actions are tokenized when a
+            renderer is given.
+        renderer: renders turns into token ids; required for a model policy.
+        on_episode: called with each episode's rows as soon as it ends.
+    """
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        policy: OpenAIPolicy | Policy,
+        *,
+        renderer: ChatRenderer | None = None,
+        on_episode: Callable[[list[TrajectoryRow]], None] | None = None,
+    ) -> None:
+        if isinstance(policy, OpenAIPolicy) and renderer is None:
+            raise ConfigError("A model policy needs a renderer (the model's tokenizer) to record token ids.")
+        self.config = config
+        self.policy = policy
+        self.renderer = renderer
+        self.on_episode = on_episode
+        self._env_kwargs = dict(config.env_kwargs)
+        if config.max_turns is not None:
+            self._env_kwargs["max_turns"] = config.max_turns
+
+    async def run(self, skip: Collection[tuple[int, int]] = ()) -> list[TrajectoryRow]:
+        """Play every episode not in ``skip``; return their rows (also given to ``on_episode``)."""
+        keys = [key for key in self.config.episode_keys() if key not in set(skip)]
+        semaphore = asyncio.Semaphore(self.config.concurrency)
+        workers = min(self.config.concurrency, 64)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentgym-env") as pool:
+            tasks = [self._guarded(group, index, semaphore, pool) for group, index in keys]
+            results = await asyncio.gather(*tasks)
+        return [row for rows in results for row in rows]
+
+    async def _guarded(
+        self, group: int, index: int, semaphore: asyncio.Semaphore, pool: ThreadPoolExecutor
+    ) -> list[TrajectoryRow]:
+        async with semaphore:
+            episode = _Episode(group, index, seed=self.config.seed + group)
+            try:
+                await asyncio.wait_for(self._play(episode, pool), self.config.episode_timeout)
+            except TimeoutError:
+                episode.error = f"the episode took longer than {self.config.episode_timeout:g} s"
+                episode.stop_reason = "timeout"
+            # Whatever went wrong (the server gave up, the env or the policy raised),
+            # the episode is recorded with its error rather than lost.
+            except (AgentGymError, OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
+                episode.error = f"{type(exc).__name__}: {exc}"
+                episode.stop_reason = "error"
+            rows = self._rows(episode)
+            if self.on_episode is not None:
+                self.on_episode(rows)
+            return rows
+
+    async def _play(self, episode: _Episode, pool: ThreadPoolExecutor) -> None:
+        loop = asyncio.get_running_loop()
+        env = await loop.run_in_executor(pool, lambda: agentgym.make(self.config.env_id, **self._env_kwargs))
+        try:
+            observation, _ = await loop.run_in_executor(pool, lambda: env.reset(seed=episode.seed))
+            instructions = env.unwrapped.instructions
+            episode.messages += [Message(role="system", content=instructions),
+                                 Message(role="user", content=observation)]
+            prompt = self.renderer.prompt_ids(instructions, observation) if self.renderer else []
+            episode.segments.append(_Segment(prompt_ids=prompt))
+            while True:
+                generation = await self._generate(episode, env)
+                if generation is None:
+                    return
+                self._record_generation(episode, generation)
+                observation, reward, terminated, truncated, info = await loop.run_in_executor(
+                    pool, env.step, generation.text
+                )
+                episode.turn_rewards.append(float(reward))
+                episode.invalid_actions += not info.get("action_valid", True)
+                episode.success = bool(info.get("success", False))
+                episode.messages.append(Message(role="user", content=observation))
+                if terminated or truncated:
+                    episode.terminated, episode.truncated = terminated, truncated
+                    episode.stop_reason = "terminated" if terminated else "turn_limit"
+                    return
+                if self.renderer is not None and not self._add_reply(episode, observation):
+                    return
+        finally:
+            env.close()
+
+    def _add_reply(self, episode: _Episode, observation: str) -> bool:
+        """Append the env's reply; False (episode truncated) when it and one more
+        sampled token would not fit the context budget."""
+        reply = self.renderer.reply_ids(observation)
+        if len(episode.context) + len(reply) + 1 > self.config.max_context_tokens:
+            episode.truncated, episode.stop_reason = True, "context_limit"
+            return False
+        episode.segments[-1].add(reply, sampled=False)
+        return True
+
+    async def _generate(self, episode: _Episode, env: Any) -> Generation | None:
+        """The policy's next turn, or None when the context budget is spent."""
+        max_tokens = self.config.max_tokens_per_turn
+        if self.renderer is not None:
+            room = self.config.max_context_tokens - len(episode.context)
+            if room < 1:
+                episode.truncated, episode.stop_reason = True, "context_limit"
+                return None
+            max_tokens = min(max_tokens, room)
+        policy = self.policy
+        if isinstance(policy, OpenAIPolicy):
+            if self.config.chat_mode:
+                messages = [message.model_dump() for message in episode.messages]
+                return await policy.complete_chat(messages, max_tokens=max_tokens)
+            return await policy.complete_ids(episode.context, max_tokens=max_tokens)
+        text = policy.act(episode.messages[-1].content, env.unwrapped)
+        return Generation(text=text, finish_reason="stop")
+
+    def _record_generation(self, episode: _Episode, generation: Generation) -> None:
+        episode.messages.append(Message(role="assistant", content=generation.text))
+        episode.policy_version = generation.policy_version
+        if self.renderer is None:
+            return
+        ids, logprobs = generation.token_ids, generation.logprobs
+        if ids is None:  # chat mode or a model-free policy: the text is all we have
+            ids = self.renderer.tokenizer.encode(generation.text, add_special_tokens=False)
+            if generation.finish_reason == "stop":
+                ids.append(self.renderer.eos_id)  # the turn ended by choice: stopping is learned too
+            logprobs = None
+            episode.retokenized = episode.retokenized or isinstance(self.policy, OpenAIPolicy)
+        if generation.prompt_ids is not None and list(generation.prompt_ids) != episode.context:
+            # The server did not see the ids we sent: rows built on our ids would
+            # misalign the logprobs, so a new row starts from what it did see.
+            episode.segments.append(_Segment(prompt_ids=list(generation.prompt_ids)))
+        segment = episode.segments[-1]
+        segment.add(ids, sampled=True, logprobs=logprobs)
+        segment.add(self.renderer.close_turn_ids(ids), sampled=False)
+
+    def _rows(self, episode: _Episode) -> list[TrajectoryRow]:
+        segments = episode.segments or [_Segment(prompt_ids=[])]
+        episode_id = f"{self.config.env_id}/s{episode.seed}/g{episode.group_id}/e{episode.index_in_group}"
+        common = dict(
+            episode_id=episode_id, group_id=episode.group_id, index_in_group=episode.index_in_group,
+            env_id=self.config.env_id, seed=episode.seed, reward=sum(episode.turn_rewards),
+            turn_rewards=episode.turn_rewards, success=episode.success, num_turns=len(episode.turn_rewards),
+            terminated=episode.terminated, truncated=episode.truncated, stop_reason=episode.stop_reason,
+            invalid_actions=episode.invalid_actions, policy_version=episode.policy_version,
+            retokenized=episode.retokenized, error=episode.error,
+            duration_s=time.monotonic() - episode.started, messages=episode.messages,
+        )
+        return [
+            TrajectoryRow(row_index=number, prompt_ids=segment.prompt_ids,
+                          completion_ids=segment.completion_ids, completion_mask=segment.completion_mask,
+                          logprobs=segment.logprobs, **common)
+            for number, segment in enumerate(segments)
+        ]

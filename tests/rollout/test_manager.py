@@ -1,0 +1,172 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agentgym.errors import ConfigError, UnknownEnvError
+from agentgym.rollout import RandomPolicy, ScriptedPolicy
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.policy import OpenAIPolicy
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.storage import RolloutWriter, done_episodes, read_rows
+from agentgym.serve.stub import StubServer
+
+
+def run(config: RolloutConfig, base_url: str, renderer: ChatRenderer, *, retries: int = 3,
+        timeout: float = 10.0, **manager: object) -> list[TrajectoryRow]:
+    async def main() -> list[TrajectoryRow]:
+        async with OpenAIPolicy(base_url, "stub", retries=retries, backoff=0.01, max_backoff=0.05,
+                                timeout=timeout) as policy:
+            return await EnvManager(config, policy, renderer=renderer, **manager).run()
+    return asyncio.run(main())
+
+
+def assert_aligned(row: TrajectoryRow, renderer: ChatRenderer) -> None:
+    """Masked-in tokens decode to the assistant turns, masked-out ones to the env's."""
+    tokenizer = renderer.tokenizer
+    assert len(row.completion_ids) == len(row.completion_mask) == len(row.logprobs)
+    sampled = [t for t, m in zip(row.completion_ids, row.completion_mask, strict=True) if m]
+    env = [t for t, m in zip(row.completion_ids, row.completion_mask, strict=True) if not m]
+    assistant = [m.content for m in row.messages if m.role == "assistant"]
+    assert renderer.decode(sampled) == "".join(f"{text}<|im_end|>" for text in assistant)
+    replies = [m.content for m in row.messages if m.role == "user"][1:]
+    expected_env = "".join(f"\n<|im_start|>user\n{reply}<|im_end|>\n<|im_start|>assistant\n"
+                           for reply in replies[:-1]) + "\n"
+    assert renderer.decode(env) == expected_env
+    whole = tokenizer.apply_chat_template([m.model_dump() for m in row.messages[:-1]],
+                                          tokenize=True, return_dict=False)
+    assert row.prompt_ids + row.completion_ids == list(whole)
+
+
+def test_rows_are_token_aligned(stub: StubServer, renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=4, max_turns=3, concurrency=2)
+    rows = run(config, stub.base_url, renderer)
+    assert len(rows) == 4
+    for row in rows:
+        # "Up" every turn: the turn limit, or (on an easy level) a win.
+        assert (row.num_turns, row.stop_reason, row.truncated) == (3, "turn_limit", True) or row.success
+        assert row.error is None and not row.retokenized
+        assert all(lp == -0.5 for lp, m in zip(row.logprobs, row.completion_mask, strict=True) if m)
+        assert_aligned(row, renderer)
+
+
+def test_groups_share_a_seed_and_rows_say_which_episode(stub: StubServer, renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=6, group_size=3, max_turns=1, seed=10)
+    rows = run(config, stub.base_url, renderer)
+    assert sorted((r.group_id, r.index_in_group, r.seed) for r in rows) == [
+        (0, 0, 10), (0, 1, 10), (0, 2, 10), (1, 0, 11), (1, 1, 11), (1, 2, 11)]
+    assert len({r.episode_id for r in rows}) == 6
+    first = {r.messages[1].content for r in rows if r.group_id == 0}
+    assert len(first) == 1  # same level for the whole group
+
+
+def test_the_context_budget_truncates_the_episode(stub: StubServer, renderer: ChatRenderer) -> None:
+    prompt = len(renderer.prompt_ids(*_first_turn()))
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_context_tokens=prompt + 40)
+    (row,) = run(config, stub.base_url, renderer)
+    assert row.truncated and row.stop_reason == "context_limit"
+    assert len(row.prompt_ids) + len(row.completion_ids) <= prompt + 40
+
+
+def _first_turn() -> tuple[str, str]:
+    import agentgym
+
+    env = agentgym.make("Sokoban-LLM-v0")
+    observation, _ = env.reset(seed=0)
+    return env.unwrapped.instructions, observation
+
+
+@pytest.mark.parametrize("fault", [{"fail_every": 3}, {"drop_every": 3}])
+def test_failed_requests_are_retried_and_no_episode_is_lost(fault: dict, up_ids: list[int],
+                                                            renderer: ChatRenderer) -> None:
+    with StubServer(delay=0.001, completion_ids=up_ids, **fault) as server:
+        # Concurrent episodes' retries may land on another faulty request: retry generously.
+        rows = run(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=6, max_turns=3), server.base_url, renderer,
+                   retries=15)
+    assert len(rows) == 6
+    assert [row.error for row in rows] == [None] * 6
+
+
+def test_requests_that_never_answer_are_recorded_as_failures(up_ids: list[int], renderer: ChatRenderer) -> None:
+    with StubServer(delay=0.001, completion_ids=up_ids, hang_every=2) as server:
+        rows = run(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=4, max_turns=2), server.base_url,
+                   renderer, retries=0, timeout=0.5)
+    assert len(rows) == 4  # nothing dropped
+    failed = [row for row in rows if row.error is not None]
+    assert failed and all("APITimeoutError" in row.error and row.stop_reason == "error" for row in failed)
+    assert all(row.messages for row in failed)  # what was played before the failure is kept
+
+
+def test_an_episode_over_its_time_limit_is_recorded(up_ids: list[int], renderer: ChatRenderer) -> None:
+    with StubServer(delay=0.3, completion_ids=up_ids) as server:
+        rows = run(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=2, max_turns=5, episode_timeout=0.5),
+                   server.base_url, renderer)
+    assert [row.stop_reason for row in rows] == ["timeout", "timeout"]
+    assert all("longer than 0.5 s" in row.error for row in rows)
+
+
+def test_model_free_policies_are_tokenized_like_a_model(renderer: ChatRenderer) -> None:
+    script = ScriptedPolicy(["<answer>Up</answer>"] * 2)
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_turns=2)
+    (row,) = asyncio.run(EnvManager(config, script, renderer=renderer).run())
+    assert_aligned(row, renderer)
+    (plain,) = asyncio.run(EnvManager(config, RandomPolicy(0)).run())
+    assert plain.prompt_ids == plain.completion_ids == [] and plain.num_turns >= 1
+
+
+def test_a_broken_policy_is_recorded_not_raised(renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_turns=5)
+    (row,) = asyncio.run(EnvManager(config, ScriptedPolicy(["<answer>Up</answer>"]), renderer=renderer).run())
+    assert row.num_turns == 1 and "ran out of actions" in row.error
+
+
+def test_resume_after_a_crash_writes_each_episode_once(stub: StubServer, renderer: ChatRenderer,
+                                                       tmp_path: Path) -> None:
+    out = tmp_path / "rollouts.parquet"
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=8, group_size=2, max_turns=2, concurrency=2)
+    writer = RolloutWriter(out, flush_seconds=0)
+    crashed = config.episode_keys()[:3]
+    # A first run that "dies" after three episodes: rows flushed, writer never closed.
+    first = run(config, stub.base_url, renderer, on_episode=writer.add)
+    writer_rows = [r for r in first if r.key in crashed]
+    out.with_name(out.name + ".parts").mkdir(exist_ok=True)
+    for leftover in out.with_name(out.name + ".parts").glob("*"):
+        leftover.unlink()
+    partial = RolloutWriter(out, resume=True, flush_seconds=0)
+    partial.add(writer_rows)
+    assert done_episodes(out) == set(crashed)
+    with RolloutWriter(out, resume=True) as resumed:
+        async def again() -> list[TrajectoryRow]:
+            async with OpenAIPolicy(stub.base_url, "stub") as policy:
+                manager = EnvManager(config, policy, renderer=renderer, on_episode=resumed.add)
+                return await manager.run(skip=done_episodes(out))
+        second = asyncio.run(again())
+    assert {r.key for r in second}.isdisjoint(crashed)
+    keys = [r.key for r in read_rows(out)]
+    assert sorted(keys) == sorted(config.episode_keys())  # none missing, none twice
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"episodes": 5, "group_size": 2}, "multiple of group_size"),
+     ({"concurrency": 0}, "concurrency must be at least 1"),
+     ({"max_turns": 0}, "max_turns must be at least 1")],
+)
+def test_bad_config_is_named(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        RolloutConfig(env_id="Sokoban-LLM-v0", **kwargs)
+
+
+def test_a_misspelt_env_is_caught_before_anything_runs() -> None:
+    with pytest.raises(UnknownEnvError, match="Did you mean 'Sokoban-LLM-v0'"):
+        RolloutConfig(env_id="Sokoban-LLM-v9")
+
+
+def test_a_model_policy_needs_a_renderer(stub: StubServer) -> None:
+    policy = OpenAIPolicy(stub.base_url, "stub")
+    with pytest.raises(ConfigError, match="needs a renderer"):
+        EnvManager(RolloutConfig(env_id="Sokoban-LLM-v0"), policy)
+    asyncio.run(policy.aclose())
