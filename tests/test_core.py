@@ -4,7 +4,7 @@ import pytest
 
 from agentgym.core import MAX_OBSERVATION_CHARS, Outcome, TextEnv, check_number
 from agentgym.errors import ConfigError, EnvUsageError, ResetNeeded
-from conftest import EchoEnv
+from fakes import EchoEnv
 
 
 def test_win_sets_success_and_terminates(echo_env: EchoEnv) -> None:

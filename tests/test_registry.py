@@ -58,9 +58,9 @@ def test_unknown_id_with_nothing_close_points_to_the_list() -> None:
 
 def test_register_is_idempotent_and_refuses_conflicts(scratch_ids: list[str]) -> None:
     scratch_ids.append("Twice-LLM-v0")
-    first = agentgym.register("Twice-LLM-v0", "conftest:EchoEnv", family="test", description="x")
-    assert agentgym.register("Twice-LLM-v0", "conftest:EchoEnv", family="test", description="x") is first
-    with pytest.raises(DuplicateEnvError, match="registered already by agentgym as conftest:EchoEnv"):
+    first = agentgym.register("Twice-LLM-v0", "fakes:EchoEnv", family="test", description="x")
+    assert agentgym.register("Twice-LLM-v0", "fakes:EchoEnv", family="test", description="x") is first
+    with pytest.raises(DuplicateEnvError, match="registered already by agentgym as fakes:EchoEnv"):
         agentgym.register("Twice-LLM-v0", "other:Env", family="test", description="x")
 
 
@@ -90,7 +90,7 @@ _GOOD_PLUGIN = """
     import agentgym
 
     def register_envs():
-        agentgym.register("PluginEcho-LLM-v0", "conftest:EchoEnv", family="plugin",
+        agentgym.register("PluginEcho-LLM-v0", "fakes:EchoEnv", family="plugin",
                           description="An env from a plugin.", needs=("network",))
 """
 _BROKEN_PLUGIN = """

@@ -1,0 +1,38 @@
+"""A fake env shared by the tests (a module of its own: conftest names collide)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentgym.core import Outcome, TextEnv
+from agentgym.parsing import extract_answer, normalize
+
+__all__ = ["EchoEnv"]
+
+
+class EchoEnv(TextEnv):
+    """The smallest env: say the secret word (drawn from the seed) to win."""
+
+    WORDS = ("apple", "river", "stone", "cloud")
+
+    def __init__(self, max_turns: int = 3, format_penalty: float = 0.5,
+                 render_mode: str | None = None) -> None:
+        super().__init__(max_turns=max_turns, format_penalty=format_penalty, render_mode=render_mode)
+        self.secret = ""
+
+    def _new_episode(self, options: dict[str, Any] | None) -> str:
+        self.secret = self.WORDS[int(self.np_random.integers(len(self.WORDS)))]
+        return f"The secret word is {self.secret}. Say it."
+
+    def _play(self, action: str) -> Outcome:
+        answer = extract_answer(action)
+        if answer is None:
+            return Outcome("Write <answer>word</answer>.", action_valid=False)
+        won = normalize(answer) == self.secret
+        return Outcome("Right." if won else "Wrong.", float(won), terminated=won, success=won)
+
+    def _describe(self) -> str:
+        return "Repeat the secret word inside <answer></answer>."
+
+    def render_text(self) -> str:
+        return f"secret={self.secret} turn={self.turn}"
