@@ -39,6 +39,7 @@ class ChatRenderer:
         self.eos_id: int = tokenizer.eos_token_id
         self._base = self._render(self._probe(with_reply=False), generation_prompt=False)
         self._turn_suffix = self._after_last_eos(self._base)
+        self._splice = self._splice_template()
 
     def _render(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> list[int]:
         ids = self.tokenizer.apply_chat_template(
@@ -73,10 +74,38 @@ class ChatRenderer:
         ending = [] if sampled and sampled[-1] == self.eos_id else [self.eos_id]
         return ending + self._turn_suffix
 
+    def _splice_template(self) -> tuple[str, str] | None:
+        """The rendered text around a reply, if splicing text reproduces the template exactly.
+
+        Rendering the jinja template for every reply costs ~100 us; encoding
+        ``before + observation + after`` costs a fifth of that. It is used only
+        if it gives the very same ids as the template on awkward samples.
+        """
+        marker = "\x00agentgym-reply\x00"
+        text = self.tokenizer.apply_chat_template(
+            self._probe(with_reply=True, reply=marker), add_generation_prompt=True, tokenize=False
+        )
+        if text.count(marker) != 1:
+            return None
+        before, after = text.split(marker)
+        samples = ["", " x ", "\nLevel:\n#P_O#\n", "héllo  wörld\t", "<answer>Up</answer>", "12 || 3"]
+        for sample in samples:
+            exact = self._render(self._probe(with_reply=True, reply=sample), generation_prompt=True)
+            if self._encode(before + sample + after) != exact:
+                return None
+        return before, after
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
     def reply_ids(self, observation: str) -> list[int]:
         """Ids of the env's reply as the next user turn, up to the assistant header."""
         base = self._base
-        full = self._render(self._probe(with_reply=True, reply=observation), generation_prompt=True)
+        if self._splice is not None:
+            before, after = self._splice
+            full = self._encode(before + observation + after)
+        else:
+            full = self._render(self._probe(with_reply=True, reply=observation), generation_prompt=True)
         if full[: len(base)] != base:
             raise ConfigError(
                 "The chat template renders earlier turns differently once a turn is added "

@@ -46,8 +46,11 @@ class _RewritingTemplate:
     chat_template = "x"
     eos_token_id = 9
 
-    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict):  # noqa: ANN001
-        return [len(messages)] * 3 + [9]
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict=False):  # noqa: ANN001
+        return [len(messages)] * 3 + [9] if tokenize else "text"
+
+    def encode(self, text, add_special_tokens):  # noqa: ANN001
+        return [1]
 
 
 def test_a_tokenizer_without_a_template_is_refused() -> None:
