@@ -49,8 +49,8 @@ __all__ = [
     "ServerStartError",
     "UnknownEnvError",
     "UnsupportedError",
-    "WeightSyncError",
     "WeightLoadError",
+    "WeightSyncError",
 ]
 
 
