@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from agentgym.cli import envs_cmd, rollout_cmd, view_cmd
+from agentgym.cli import envs_cmd, rollout_cmd, serve_cmd, view_cmd
 
 __all__ = ["app", "main"]
 
@@ -22,6 +22,7 @@ app.command("list")(envs_cmd.list_command)
 app.command("play")(envs_cmd.play_command)
 app.command("rollout")(rollout_cmd.rollout_command)
 app.command("view")(view_cmd.view_command)
+app.command("serve")(serve_cmd.serve_command)
 
 
 def main() -> None:

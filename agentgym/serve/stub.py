@@ -18,13 +18,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from agentgym.serve.launch import free_port
 
 __all__ = ["StubConfig", "StubServer", "serve_stub"]
 
@@ -120,17 +121,12 @@ async def serve_stub(config: StubConfig, port: int) -> None:
         await server.serve_forever()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
 
 class StubServer:
     """Run the stub in a subprocess (its own core) for the duration of a ``with``."""
 
     def __init__(self, *, port: int | None = None, **config: object) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.config = config
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from typing import Any, Self
 
 from agentgym.errors import ConfigError, ServerStartError, WeightSyncError
 from agentgym.models import resolve_model
+from agentgym.serve.launch import free_port
 
 __all__ = [
     "ENV_VAR",
@@ -347,7 +347,7 @@ class VLLMServer:
         python = _absolute_program(self.python) if self.python else _require_vllm_python()
         model = _local_model(self.model)
         if self.port is None:
-            self.port = _free_port()
+            self.port = free_port()
         workdir = Path(tempfile.mkdtemp(prefix="agentgym-vllm-"))
         self.log_path = workdir / "vllm.log"
         command = vllm_command(
@@ -403,12 +403,6 @@ class VLLMServer:
             text = log.read().decode(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-
-def _free_port() -> int:
-    """A port free on 127.0.0.1 right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _answers(url: str) -> bool:

@@ -13,6 +13,7 @@ from agentgym.rollout.policy import OpenAIPolicy
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter, done_episodes, read_rows
 from agentgym.serve.stub import StubServer
+from alignment import assert_aligned
 
 
 def run(config: RolloutConfig, base_url: str, renderer: ChatRenderer, *, retries: int = 3,
@@ -22,23 +23,6 @@ def run(config: RolloutConfig, base_url: str, renderer: ChatRenderer, *, retries
                                 timeout=timeout) as policy:
             return await EnvManager(config, policy, renderer=renderer, **manager).run()
     return asyncio.run(main())
-
-
-def assert_aligned(row: TrajectoryRow, renderer: ChatRenderer) -> None:
-    """Masked-in tokens decode to the assistant turns, masked-out ones to the env's."""
-    tokenizer = renderer.tokenizer
-    assert len(row.completion_ids) == len(row.completion_mask) == len(row.logprobs)
-    sampled = [t for t, m in zip(row.completion_ids, row.completion_mask, strict=True) if m]
-    env = [t for t, m in zip(row.completion_ids, row.completion_mask, strict=True) if not m]
-    assistant = [m.content for m in row.messages if m.role == "assistant"]
-    assert renderer.decode(sampled) == "".join(f"{text}<|im_end|>" for text in assistant)
-    replies = [m.content for m in row.messages if m.role == "user"][1:]
-    expected_env = "".join(f"\n<|im_start|>user\n{reply}<|im_end|>\n<|im_start|>assistant\n"
-                           for reply in replies[:-1]) + "\n"
-    assert renderer.decode(env) == expected_env
-    whole = tokenizer.apply_chat_template([m.model_dump() for m in row.messages[:-1]],
-                                          tokenize=True, return_dict=False)
-    assert row.prompt_ids + row.completion_ids == list(whole)
 
 
 def test_rows_are_token_aligned(stub: StubServer, renderer: ChatRenderer) -> None:

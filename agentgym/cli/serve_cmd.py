@@ -1,0 +1,58 @@
+"""``agentgym serve``: an OpenAI-compatible server for a model, built-in or vLLM."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from agentgym.cli.common import console, fail
+from agentgym.errors import AgentGymError
+
+__all__ = ["EngineName", "serve_command"]
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+class EngineName(str, Enum):
+    builtin = "builtin"
+    vllm = "vllm"
+
+
+def serve_command(
+    model: Annotated[str, typer.Option(help="A local Hugging Face folder, a hub id, or tiny.")],
+    host: Annotated[str, typer.Option(help="Interface to bind; anything but loopback is reachable "
+                                           "by others: set --api-key then.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    api_key: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer KEY'.")] = None,
+    served_model_name: Annotated[str | None, typer.Option(
+        help="Model name clients send (default: --model as given).")] = None,
+    engine: Annotated[EngineName, typer.Option(
+        help="builtin (transformers) or vllm.")] = EngineName.builtin,
+    max_model_len: Annotated[int | None, typer.Option(
+        help="Prompt + completion tokens per request (default: the model's max positions).")] = None,
+    threads: Annotated[int | None, typer.Option(
+        help="Torch threads of the built-in engine (default: all cores but one).")] = None,
+) -> None:
+    """Serve a model over the OpenAI API (with vLLM's token-id extensions) until Ctrl-C."""
+    if port < 1 or port > 65535:
+        raise fail(f"--port must be between 1 and 65535, got {port}.")
+    if host not in _LOOPBACK and not api_key:
+        console.print(f"[yellow]warning:[/] binding {host} without --api-key lets anyone who can "
+                      "reach it use the model and replace its weights.")
+    name = served_model_name or model
+    if engine is EngineName.vllm:
+        from agentgym.serve.vllm import serve_vllm
+
+        code = serve_vllm(model=model, host=host, port=port, served_model_name=name,
+                          max_model_len=max_model_len, api_key=api_key)
+        raise typer.Exit(code)
+    from agentgym.serve.launch import serve_builtin
+
+    console.print(f"Serving {model} as {name!r} at http://{host}:{port}/v1 (built-in engine).")
+    try:
+        serve_builtin(model, host=host, port=port, api_key=api_key, served_model_name=name,
+                      max_model_len=max_model_len, torch_threads=threads)
+    except AgentGymError as exc:
+        raise fail(str(exc)) from exc

@@ -1,0 +1,344 @@
+"""The built-in OpenAI-compatible HTTP server: a FastAPI app over an ``Engine``.
+
+Routes (OpenAI, then vLLM's extensions, then agentgym's):
+
+* ``GET /v1/models``, ``POST /v1/completions`` (text or token-id prompts,
+  one or many), ``POST /v1/chat/completions`` (SSE when ``stream``);
+* ``GET /health``, ``GET /version``, ``POST /tokenize``, ``POST /detokenize``,
+  ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``,
+  ``POST /collective_rpc`` (``reload_weights`` only) and
+  ``POST /reset_prefix_cache`` (nothing to reset) as vLLM in dev mode;
+* ``POST /update_weights {"weights_path", "version"}``: load full weights
+  from safetensors; every later response reports ``policy_version``;
+* ``GET /stats``: engine counters (``max_batch_size`` shows batching).
+
+Errors use the OpenAI shape ``{"error": {"message", "type", "param",
+"code"}}`` with a 4xx status and a message naming the field; an unexpected
+failure is logged and answered with a 500 of the same shape; the server
+keeps serving. With ``api_key`` every route but ``/health`` wants
+``Authorization: Bearer KEY``.
+
+Departures from vLLM, on purpose: a prompt that fits but leaves less room
+than ``max_tokens`` is refused (400 naming ``max_tokens``) where vLLM 0.32
+silently shortens the completion; ``echo``, ``suffix``, ``best_of``,
+penalties, ``logit_bias`` and tools are refused (400 naming the field)
+rather than served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import agentgym
+from agentgym.errors import AuthenticationError, InvalidRequestError, ModelNotFoundError, ServeError
+from agentgym.serve.batch import SequenceUpdate
+from agentgym.serve.engine import Engine, Generation
+from agentgym.serve.inputs import (
+    chat_messages,
+    chat_params,
+    completion_params,
+    prompt_ids,
+    refuse_chat_extras,
+)
+from agentgym.serve.protocol import (
+    ChatCompletionRequest,
+    CollectiveRPCRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ErrorInfo,
+    ErrorResponse,
+    LoadLoRAAdapterRequest,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+    TokenizeResponse,
+    UnloadLoRAAdapterRequest,
+    UpdateWeightsRequest,
+    UpdateWeightsResponse,
+)
+from agentgym.serve.responses import (
+    Job,
+    chat_response,
+    chat_stream,
+    completion_response,
+    completion_stream,
+)
+
+__all__ = ["create_app", "error_response"]
+
+log = logging.getLogger("agentgym.serve")
+
+_DISCONNECT_POLL_S = 1.0  # how often a waiting request checks that its client is still there
+_OPEN_PATHS = frozenset({"/health"})  # reachable without the API key (load balancers, readiness)
+
+
+def error_response(status: int, message: str, *, param: str | None = None,
+                   error_type: str | None = None) -> JSONResponse:
+    """A JSON response in the OpenAI error shape."""
+    kind = error_type or HTTPStatus(status).phrase.replace(" ", "") + "Error"
+    body = ErrorResponse(error=ErrorInfo(message=message, type=kind, param=param, code=status))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+class _RequireKey:
+    """ASGI middleware: 401 unless ``Authorization: Bearer <key>`` (constant-time compare)."""
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                error = AuthenticationError("Incorrect or missing API key: send the header "
+                                            "'Authorization: Bearer <key>' with the server's --api-key.")
+                response = error_response(error.status_code, error.message, error_type=error.error_type)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _CatchAll:
+    """ASGI middleware: an unexpected exception becomes a logged 500 in the error shape.
+
+    Unlike an ``Exception`` handler (which Starlette re-raises, so uvicorn
+    drops the connection), the connection stays usable for the client's next
+    request. A stream that already started can only be cut short.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:  # broad on purpose: no request may take the server down
+            log.exception("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
+            if started:
+                raise
+            response = error_response(500, f"internal error: {type(exc).__name__}: {exc}",
+                                      error_type="InternalServerError")
+            await response(scope, receive, send)
+
+
+def create_app(engine: Engine, *, api_key: str | None = None,
+               served_model_name: str | None = None) -> FastAPI:
+    """The FastAPI app serving ``engine`` as ``served_model_name`` (default: the model as given)."""
+    name = served_model_name or engine.config.model
+    app = FastAPI(title="agentgym built-in server", version=agentgym.__version__)
+    app.state.engine = engine
+    app.state.served_model_name = name
+    if api_key:
+        app.add_middleware(_RequireKey, key=api_key)
+    app.add_middleware(_CatchAll)  # added last: the outermost, so it also covers the key check
+    _add_error_handlers(app)
+    _add_info_routes(app, engine, name)
+    _add_generation_routes(app, engine, name)
+    _add_control_routes(app, engine)
+    return app
+
+
+# ------------------------------------------------------------------ errors ---
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServeError)
+    async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
+        if exc.status_code >= 500:
+            log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+        return error_response(exc.status_code, exc.message, param=exc.param, error_type=exc.error_type)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _describe_validation(exc)
+        return error_response(400, message, param=param, error_type="BadRequestError")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail))
+
+
+def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
+    """A message naming each bad field (at most five), and the first field as ``param``."""
+    parts, param = [], None
+    for error in exc.errors()[:5]:
+        location = [str(part) for part in error.get("loc", ()) if part != "body"]
+        field = ".".join(location) or "body"
+        if error.get("type") == "json_invalid":
+            field = "body"
+            detail = f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'decode error')})"
+        else:
+            detail = str(error.get("msg", "invalid"))
+        param = param or field
+        parts.append(f"{field}: {detail}")
+    return "Invalid request: " + "; ".join(parts), param
+
+
+# ------------------------------------------------------------------- info ---
+
+def _add_info_routes(app: FastAPI, engine: Engine, name: str) -> None:
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": agentgym.__version__}
+
+    @app.get("/v1/models")
+    async def models() -> ModelList:
+        cards = [ModelCard(id=name, root=engine.model_path, max_model_len=engine.max_model_len)]
+        cards += [ModelCard(id=lora, root=path, parent=name) for lora, path in engine.adapters().items()]
+        return ModelList(data=cards)
+
+    @app.get("/stats")
+    async def stats() -> dict[str, int]:
+        return engine.stats()
+
+    @app.post("/tokenize")
+    async def tokenize(req: TokenizeRequest) -> TokenizeResponse:
+        _adapter(engine, name, req.model)
+        if req.messages is not None:
+            ids = engine.apply_chat_template(
+                chat_messages(req.messages), add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message)
+        elif req.prompt is not None:
+            add = True if req.add_special_tokens is None else req.add_special_tokens
+            ids = engine.encode(req.prompt, add_special_tokens=add)
+        else:
+            raise InvalidRequestError("give either prompt or messages.", param="prompt")
+        strs = [engine.token_text(token) for token in ids] if req.return_token_strs else None
+        return TokenizeResponse(count=len(ids), max_model_len=engine.max_model_len, tokens=ids,
+                                token_strs=strs)
+
+    @app.post("/detokenize")
+    async def detokenize(req: DetokenizeRequest) -> DetokenizeResponse:
+        _adapter(engine, name, req.model)
+        engine.check_prompt(req.tokens or [0], param="tokens")
+        return DetokenizeResponse(prompt=engine.decode(req.tokens))
+
+
+# ------------------------------------------------------------- generation ---
+
+def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
+    @app.post("/v1/completions", response_model=None)
+    async def completions(req: CompletionRequest, request: Request) -> Response:
+        adapter = _adapter(engine, name, req.model)
+        params = completion_params(req)
+        prompts = prompt_ids(engine, req.prompt)
+        job = Job(model=req.model or name, prompts=prompts, n=req.n,
+                  logprobs=params.logprobs, return_token_ids=bool(req.return_token_ids),
+                  include_usage=bool(req.stream_options and req.stream_options.include_usage))
+        generation = engine.submit(prompts, params, n=req.n, adapter=adapter, stream=bool(req.stream))
+        if req.stream:
+            return _sse(completion_stream(engine, job, generation))
+        return _json(completion_response(engine, job, await _result(request, generation)))
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat(req: ChatCompletionRequest, request: Request) -> Response:
+        adapter = _adapter(engine, name, req.model)
+        refuse_chat_extras(req)
+        prompt = engine.apply_chat_template(
+            chat_messages(req.messages), add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message, template_kwargs=req.chat_template_kwargs)
+        params = chat_params(engine, req, len(prompt))
+        n = 1 if req.n is None else req.n
+        job = Job(model=req.model or name, prompts=[prompt], n=n, logprobs=params.logprobs,
+                  return_token_ids=bool(req.return_token_ids),
+                  include_usage=bool(req.stream_options and req.stream_options.include_usage))
+        generation = engine.submit([prompt], params, n=n, adapter=adapter, stream=bool(req.stream))
+        if req.stream:
+            return _sse(chat_stream(engine, job, generation))
+        return _json(chat_response(engine, job, await _result(request, generation)))
+
+
+async def _result(request: Request, generation: Generation) -> list[SequenceUpdate]:
+    """The finished choices; if the client hangs up first, the engine stops generating them."""
+    task = asyncio.ensure_future(generation.result())
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            generation.cancel()
+            task.cancel()
+            raise InvalidRequestError("the client closed the connection before the answer was ready.")
+
+
+def _json(body: BaseModel) -> Response:
+    """Serialised by pydantic-core directly: several times faster than FastAPI's encoder."""
+    return Response(content=body.model_dump_json(), media_type="application/json")
+
+
+def _sse(events: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _adapter(engine: Engine, name: str, model: str | None) -> str | None:
+    """None for the base model, the adapter's name for a LoRA adapter; 404 otherwise."""
+    if model is None or model == name:
+        return None
+    if model in engine.adapters():
+        return model
+    known = ", ".join([name, *engine.adapters()])
+    raise ModelNotFoundError(f"The model `{model}` does not exist. Valid names: {known}.", param="model")
+
+
+# ---------------------------------------------------------------- control ---
+
+def _add_control_routes(app: FastAPI, engine: Engine) -> None:
+    @app.post("/update_weights")
+    async def update_weights(req: UpdateWeightsRequest) -> UpdateWeightsResponse:
+        done = await engine.update_weights(req.weights_path, req.version)
+        return UpdateWeightsResponse(policy_version=done.policy_version, tensors=done.tensors,
+                                     seconds=done.seconds)
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(req: CollectiveRPCRequest) -> dict[str, Any]:
+        if req.method != "reload_weights":
+            raise InvalidRequestError(f"the built-in server runs only 'reload_weights', not "
+                                      f"{req.method!r}.", param="method")
+        path = req.kwargs.get("weights_path")
+        if not isinstance(path, str):
+            raise InvalidRequestError("reload_weights needs kwargs.weights_path (a folder).",
+                                      param="kwargs.weights_path")
+        done = await engine.update_weights(path)
+        return {"results": [None], "policy_version": done.policy_version}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        return Response(status_code=200)  # there is no prefix cache to reset
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora(req: LoadLoRAAdapterRequest) -> PlainTextResponse:
+        await engine.load_lora(req.lora_name, req.lora_path)
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora(req: UnloadLoRAAdapterRequest) -> PlainTextResponse:
+        await engine.unload_lora(req.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")

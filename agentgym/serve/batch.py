@@ -1,0 +1,201 @@
+"""The running batch: rows (one per choice), their KV cache, and one decode step.
+
+Rows are left-padded so that every row's newest token sits in the last
+column. A step feeds each row's last sampled token with its own position
+(``lengths``) and the padding mask; a prefill runs new rows' prompts as a
+separate left-padded batch whose cache then joins the running one (see
+``agentgym.serve.kv``). This object only holds tensors and runs the model;
+deciding who joins, sampling and finishing rows is the engine's job.
+Only the engine thread touches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from agentgym.serve import kv
+from agentgym.serve.sampling import SamplingParams
+from agentgym.serve.text import TextTracker
+
+__all__ = ["DecodeBatch", "EngineFailure", "Sequence", "SequenceUpdate", "Sink"]
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceUpdate:
+    """What a choice gained since its last update (all of it, for a non-streamed choice)."""
+
+    index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    text: str
+    finish_reason: str | None
+    stop_reason: int | str | None
+    policy_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFailure:
+    """The batch holding this choice failed; ``message`` says why (the server answers 500)."""
+
+    message: str
+
+
+@dataclass(eq=False, slots=True)
+class Sink:
+    """Where a request's updates go: an asyncio queue, fed from the engine thread."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[SequenceUpdate | EngineFailure]
+    stream: bool
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """One choice being generated; owned by the engine thread once submitted.
+
+    ``cancelled`` is the only field another thread writes (a client went away).
+    """
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    sink: Sink
+    index: int = 0
+    adapter: str | None = None
+    generator: torch.Generator | None = None
+    tracker: TextTracker | None = None
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    policy_version: int = 0
+    cancelled: bool = False
+    sent: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def finish(self, reason: str, stop_reason: int | str | None = None) -> None:
+        self.finish_reason, self.stop_reason = reason, stop_reason
+
+    def take_update(self, text: str) -> SequenceUpdate:
+        """The tokens not yet sent, with ``text`` (a delta when streaming, else the whole text)."""
+        start, self.sent = self.sent, len(self.output_ids)
+        return SequenceUpdate(
+            index=self.index,
+            token_ids=self.output_ids[start:],
+            logprobs=self.logprobs[start:] if self.params.logprobs is not None else [],
+            top_logprobs=self.top_logprobs[start:],
+            text=text,
+            finish_reason=self.finish_reason,
+            stop_reason=self.stop_reason,
+            policy_version=self.policy_version,
+        )
+
+
+class DecodeBatch:
+    """Tensors of the rows being decoded together, and the two forward passes."""
+
+    def __init__(self, model: torch.nn.Module, pad_id: int, device: torch.device) -> None:
+        self.model: torch.nn.Module = model
+        self.pad_id = pad_id
+        self.device = device
+        self.rows: list[Sequence] = []
+        self.cache: DynamicCache | None = None
+        self.mask: torch.Tensor | None = None  # [rows, columns], 1 = a real token
+        self.lengths = torch.zeros(0, dtype=torch.long, device=device)  # real tokens in the cache
+        self.last = torch.zeros(0, dtype=torch.long, device=device)  # sampled, not yet fed
+        self.temperature = torch.zeros(0, device=device)
+        self.top_p = torch.ones(0, device=device)
+        self.reshapable = True
+        self._keep_arg = False
+        self.use(model)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def use(self, model: torch.nn.Module) -> None:
+        """Decode with ``model`` from now on (only switched while the batch is empty)."""
+        self.model = model
+        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    @property
+    def width(self) -> int:
+        """Columns of the cache (the longest row, padding included)."""
+        return 0 if self.mask is None else int(self.mask.shape[1])
+
+    def prefill(self, new: Seq[Sequence]) -> torch.Tensor:
+        """Run the prompts of ``new`` rows, append them; returns their next-token logits."""
+        longest = max(len(seq.prompt_ids) for seq in new)
+        ids = torch.full((len(new), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(new), longest), dtype=torch.long)
+        for row, seq in enumerate(new):
+            ids[row, longest - len(seq.prompt_ids):] = torch.tensor(seq.prompt_ids)
+            mask[row, longest - len(seq.prompt_ids):] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(dim=1) - 1).clamp_min(0)
+        cache = DynamicCache()
+        extra = {"logits_to_keep": 1} if self._keep_arg else {}
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True, **extra)
+        self.reshapable = self.reshapable and kv.can_reshape(cache)
+        self.cache, self.mask = kv.join(self.cache, self.mask, cache, mask)
+        self._append_rows(new, mask.sum(dim=1))
+        return out.logits[:, -1, :]
+
+    def _append_rows(self, new: Seq[Sequence], lengths: torch.Tensor) -> None:
+        self.rows.extend(new)
+        params = [seq.params for seq in new]
+        self.lengths = torch.cat([self.lengths, lengths])
+        self.last = torch.cat([self.last, torch.zeros(len(new), dtype=torch.long, device=self.device)])
+        self.temperature = torch.cat(
+            [self.temperature, torch.tensor([p.temperature for p in params], device=self.device)])
+        self.top_p = torch.cat(
+            [self.top_p, torch.tensor([p.top_p for p in params], device=self.device)])
+
+    def decode(self) -> torch.Tensor:
+        """Feed every row's last sampled token; returns next-token logits ``[rows, vocab]``."""
+        if self.mask is None or self.cache is None:
+            raise RuntimeError("decode() on an empty batch")
+        ones = self.mask.new_ones((len(self.rows), 1))
+        mask = torch.cat([self.mask, ones], dim=1)
+        out = self.model(input_ids=self.last.unsqueeze(1), attention_mask=mask,
+                         position_ids=self.lengths.unsqueeze(1), past_key_values=self.cache,
+                         use_cache=True)
+        self.mask = mask
+        self.lengths = self.lengths + 1
+        return out.logits[:, -1, :]
+
+    def set_last(self, start: int, tokens: list[int]) -> None:
+        """Record the tokens just sampled for rows ``start:`` (fed by the next step)."""
+        self.last[start:] = torch.tensor(tokens, dtype=torch.long, device=self.device)
+
+    def remove(self, gone: set[int]) -> None:
+        """Drop the rows at positions ``gone`` and the columns no remaining row uses."""
+        keep = [row for row in range(len(self.rows)) if row not in gone]
+        if not keep or self.cache is None or self.mask is None:
+            self.clear()
+            return
+        self.cache, self.mask = kv.select_rows(self.cache, self.mask, keep)
+        if self.reshapable:
+            self.cache, self.mask = kv.drop_left(self.cache, self.mask)
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.rows = [self.rows[row] for row in keep]
+        self.lengths, self.last = self.lengths[index], self.last[index]
+        self.temperature, self.top_p = self.temperature[index], self.top_p[index]
+
+    def clear(self) -> None:
+        """Forget every row (after they all finished, or after a failed step)."""
+        self.rows = []
+        self.cache = self.mask = None
+        self.lengths = self.lengths[:0]
+        self.last = self.last[:0]
+        self.temperature, self.top_p = self.temperature[:0], self.top_p[:0]

@@ -1,0 +1,370 @@
+"""The built-in generation engine: a transformers causal LM behind a batching scheduler.
+
+    engine = Engine(EngineConfig("tiny"))
+    engine.start()
+    outputs = await engine.generate(engine.encode("Hello"), SamplingParams(max_tokens=8))
+
+Concurrent requests are decoded together (continuous batching: a request
+joins the running batch between two decode steps, see
+``agentgym.serve.scheduler``); the model runs in one engine thread, never on
+the event loop. The engine also owns the tokenizer (prompts, chat template,
+detokenizing), the context-length checks, weight updates (with the policy
+version they bump) and LoRA adapters.
+
+Thread settings: the engine thread sets ``torch.set_num_threads`` only when
+``EngineConfig.torch_threads`` asks for it, because the setting is
+process-wide; ``agentgym serve`` (a process of its own) does ask, leaving a
+core to the HTTP event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+import torch
+
+from agentgym.errors import ConfigError, InvalidRequestError, ServeError, UnsupportedError
+from agentgym.serve.batch import EngineFailure, Sequence, SequenceUpdate, Sink
+from agentgym.serve.sampling import SamplingParams
+from agentgym.serve.scheduler import Limits, Scheduler
+from agentgym.serve.text import TextTracker
+from agentgym.serve.weights import (
+    check_weights,
+    load_weights,
+    merged_lora_model,
+    peft_available,
+    read_safetensors,
+)
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+__all__ = ["Engine", "EngineConfig", "Generation", "WeightUpdate"]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MAX_N = 128  # choices per request
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine loads the model and batches requests."""
+
+    model: str
+    """A local Hugging Face folder, a hub id, or ``tiny`` / ``tiny-<hidden>x<layers>``."""
+    max_model_len: int | None = None
+    """Prompt + completion tokens allowed per request; default: the model's max positions."""
+    dtype: str = "float32"
+    """float32, bfloat16 or float16 (float32 on the CPU: the others are slow there)."""
+    device: str = "cpu"
+    """Torch device of the model, e.g. cpu or cuda."""
+    max_num_seqs: int = 256
+    """Most choices decoded together."""
+    max_prefill_tokens: int = 8192
+    """Most (rows x longest prompt) in one prefill; a longer prompt still runs alone."""
+    batch_wait_ms: float = 2.0
+    """When idle, wait this long after a request so that requests sent together start together."""
+    torch_threads: int | None = None
+    """Set torch's (process-wide) thread count in the engine thread; None leaves it alone."""
+    seed: int = 0
+    """Seed of the sampler for requests that give no seed."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}.")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ConfigError(f"max_model_len must be at least 2, got {self.max_model_len}.")
+        if self.max_num_seqs < 1 or self.max_prefill_tokens < 1 or self.batch_wait_ms < 0:
+            raise ConfigError("max_num_seqs and max_prefill_tokens must be positive and "
+                              "batch_wait_ms not negative.")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ConfigError(f"torch_threads must be at least 1, got {self.torch_threads}.")
+
+
+@dataclass(frozen=True, slots=True)
+class WeightUpdate:
+    """What ``update_weights`` did."""
+
+    policy_version: int
+    tensors: int
+    seconds: float
+
+
+class Generation:
+    """The choices of one request in flight; read them with ``updates()`` or ``result()``."""
+
+    def __init__(self, sequences: list[Sequence],
+                 queue: asyncio.Queue[SequenceUpdate | EngineFailure]) -> None:
+        self.sequences = sequences
+        self._queue = queue
+        self._open = len(sequences)
+
+    async def updates(self) -> AsyncIterator[SequenceUpdate]:
+        """Updates as they come (streamed choices: every step; others: once, at the end).
+
+        Leaving early (the client went away) cancels the choices still running.
+        """
+        try:
+            while self._open:
+                item = await self._queue.get()
+                if isinstance(item, EngineFailure):
+                    raise ServeError(item.message)
+                if item.finish_reason is not None:
+                    self._open -= 1
+                yield item
+        finally:
+            if self._open:
+                self.cancel()
+
+    async def result(self) -> list[SequenceUpdate]:
+        """The finished choices, by index (for a request submitted with ``stream=False``)."""
+        done = [update async for update in self.updates() if update.finish_reason is not None]
+        return sorted(done, key=lambda update: update.index)
+
+    def cancel(self) -> None:
+        """Stop generating (the engine drops the rows before its next step)."""
+        for seq in self.sequences:
+            seq.cancelled = True
+
+
+class Engine:
+    """A causal LM, its tokenizer and the scheduler that batches requests for it."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from agentgym.models import resolve_model
+
+        self.config = config
+        self.model_path = resolve_model(config.model)
+        self.device = torch.device(config.device)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=_DTYPES[config.dtype])
+        self.model = model.to(self.device).eval()
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self.max_model_len = _max_model_len(self.model.config, config.max_model_len)
+        self.eos_token_ids = _eos_ids(self.tokenizer, self.model)
+        pad = self.tokenizer.pad_token_id
+        self._models: dict[str | None, torch.nn.Module] = {None: self.model}
+        self._lora_paths: dict[str, str] = {}
+        self._token_text: dict[int, str] = {}
+        limits = Limits(config.max_num_seqs, config.max_prefill_tokens, config.batch_wait_ms / 1000)
+        self._scheduler = Scheduler(
+            self._models, eos_ids=self.eos_token_ids, pad_id=pad if pad is not None else 0,
+            max_model_len=self.max_model_len, decode=self.decode, device=self.device,
+            limits=limits, seed=config.seed)
+
+    # ---------------------------------------------------------- lifecycle ---
+
+    def start(self) -> None:
+        """Start the engine thread (idempotent; ``submit`` also starts it)."""
+        self._scheduler.start(self.config.torch_threads)
+
+    def close(self) -> None:
+        """Stop the engine thread; requests still running get an error."""
+        self._scheduler.stop()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights being served (0 until the first update)."""
+        return self._scheduler.policy_version
+
+    def stats(self) -> dict[str, int]:
+        """Counters: requests, tokens, steps, ``max_batch_size``, running, waiting, version."""
+        return {**self._scheduler.snapshot(), "policy_version": self.policy_version}
+
+    # --------------------------------------------------------------- text ---
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``."""
+        return list(self.tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True,
+                            continue_final_message: bool = False,
+                            template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """Token ids of a conversation rendered with the model's chat template."""
+        if add_generation_prompt and continue_final_message:
+            raise InvalidRequestError(
+                "add_generation_prompt and continue_final_message cannot both be true.",
+                param="continue_final_message")
+        from jinja2 import TemplateError
+
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message, **(template_kwargs or {}))
+        except (ValueError, TypeError, KeyError, TemplateError) as exc:  # no template, or it refused
+            raise InvalidRequestError(f"messages could not be rendered with the chat template: {exc}",
+                                      param="messages") from exc
+        return self.encode(str(text), add_special_tokens=False)
+
+    def decode(self, ids: Seq[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def token_text(self, token_id: int) -> str:
+        """Text of one token (cached: logprobs name every sampled token)."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._token_text[token_id] = self.decode([token_id], skip_special_tokens=False)
+        return text
+
+    def check_prompt(self, ids: Seq[int], *, param: str) -> None:
+        """Raise ``InvalidRequestError`` for an empty prompt or an id outside the vocabulary."""
+        if not ids:
+            raise InvalidRequestError(f"{param} must not be empty.", param=param)
+        bad = next((token for token in ids if not 0 <= token < self.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError(
+                f"Token id {bad} in {param} is out of vocabulary (ids go from 0 to "
+                f"{self.vocab_size - 1}).", param=param)
+
+    def check_length(self, prompt_tokens: int, max_tokens: int, *, param: str) -> None:
+        """Raise ``InvalidRequestError`` unless prompt + ``max_tokens`` fit the context."""
+        limit = self.max_model_len
+        if prompt_tokens >= limit:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {limit} tokens. However, your {param} has "
+                f"{prompt_tokens} tokens, which leaves no room for a completion. Shorten {param}.",
+                param=param)
+        if prompt_tokens + max_tokens > limit:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the {param}, {max_tokens} "
+                f"for the completion). Lower max_tokens to at most {limit - prompt_tokens} or "
+                f"shorten the {param}.", param="max_tokens")
+
+    # --------------------------------------------------------- generating ---
+
+    def submit(self, prompts: Seq[Seq[int]], params: SamplingParams, *, n: int = 1,
+               adapter: str | None = None, stream: bool = False) -> Generation:
+        """Queue ``n`` choices for each prompt; call from a running event loop.
+
+        Choice ``i`` of prompt ``p`` has index ``p * n + i`` (as in vLLM's
+        responses); seeded choices use ``seed + i``.
+        """
+        if not 1 <= n <= MAX_N:
+            raise InvalidRequestError(f"n must be between 1 and {MAX_N}, got {n}.", param="n")
+        if n > 1 and params.greedy:
+            raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {n}.", param="n")
+        if adapter is not None and adapter not in self._lora_paths:
+            raise InvalidRequestError(f"no LoRA adapter named {adapter!r} is loaded.", param="model")
+        if not prompts:
+            raise InvalidRequestError("prompt must not be empty.", param="prompt")
+        for prompt in prompts:
+            self.check_prompt(prompt, param="prompt")
+            self.check_length(len(prompt), params.max_tokens, param="prompt")
+        queue: asyncio.Queue[SequenceUpdate | EngineFailure] = asyncio.Queue()
+        sink = Sink(asyncio.get_running_loop(), queue, stream)
+        sequences = [self._sequence(list(prompt), params.for_choice(i), sink, p * n + i, adapter)
+                     for p, prompt in enumerate(prompts) for i in range(n)]
+        self.start()
+        self._scheduler.submit(sequences)
+        return Generation(sequences, queue)
+
+    def _sequence(self, prompt: list[int], params: SamplingParams, sink: Sink, index: int,
+                  adapter: str | None) -> Sequence:
+        tracker = None
+        if sink.stream or params.stop:  # text is decoded every step only when needed
+            skip = params.skip_special_tokens
+            tracker = TextTracker(lambda ids: self.decode(ids, skip), params.stop)
+        return Sequence(prompt, params, sink, index=index, adapter=adapter, tracker=tracker)
+
+    async def generate(self, prompt_ids: Seq[int], params: SamplingParams, *, n: int = 1,
+                       adapter: str | None = None) -> list[SequenceUpdate]:
+        """The ``n`` finished choices for one prompt."""
+        return await self.submit([prompt_ids], params, n=n, adapter=adapter).result()
+
+    # ----------------------------------------------------------- weights ---
+
+    async def update_weights(self, weights_path: str, version: int | None = None) -> WeightUpdate:
+        """Load full weights from safetensors; responses then report the new version.
+
+        The files are read and checked off the event loop while generation
+        goes on; the copy waits until the running batch has finished, so no
+        response mixes two versions.
+        """
+        if version is not None and version < 0:
+            raise InvalidRequestError(f"version must not be negative, got {version}.", param="version")
+        tensors = await asyncio.to_thread(read_safetensors, weights_path)
+        await asyncio.to_thread(check_weights, self.model, tensors)
+
+        def apply() -> WeightUpdate:
+            started = time.perf_counter()
+            count = load_weights(self.model, tensors)
+            for name, path in self._lora_paths.items():  # adapters sit on the new base now
+                self._models[name] = merged_lora_model(self.model, path)
+            new = self.policy_version + 1 if version is None else version
+            self._scheduler.policy_version = new
+            return WeightUpdate(new, count, time.perf_counter() - started)
+
+        return await asyncio.wrap_future(self._scheduler.call(apply))
+
+    def adapters(self) -> dict[str, str]:
+        """Loaded LoRA adapters: name -> folder."""
+        return dict(self._lora_paths)
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Serve the adapter at ``path`` (merged into a copy of the model) under ``name``."""
+        if not peft_available():
+            raise UnsupportedError(
+                "LoRA adapters need the peft package, which is not installed: pip install peft "
+                "(or pip install 'agentgym[train]').", param="lora_path")
+        if not name or name in self._lora_paths:
+            raise InvalidRequestError(f"The lora adapter {name!r} has already been loaded."
+                                      if name else "lora_name must not be empty.", param="lora_name")
+
+        def apply() -> None:
+            self._models[name] = merged_lora_model(self.model, path)
+            self._lora_paths[name] = path
+
+        await asyncio.wrap_future(self._scheduler.call(apply))
+
+    async def unload_lora(self, name: str) -> None:
+        """Stop serving the adapter ``name``."""
+        if name not in self._lora_paths:
+            raise InvalidRequestError(f"no LoRA adapter named {name!r} is loaded.", param="lora_name")
+
+        def apply() -> None:
+            self._lora_paths.pop(name, None)
+            self._models.pop(name, None)
+
+        await asyncio.wrap_future(self._scheduler.call(apply))
+
+
+def _max_model_len(config: PretrainedConfig, requested: int | None) -> int:
+    """The context length: the request, bounded by what the model's positions allow."""
+    names = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+    limit = next((int(getattr(config, name)) for name in names if getattr(config, name, None)), None)
+    if requested is None:
+        if limit is None:
+            raise ConfigError("the model's config gives no maximum length; pass max_model_len.")
+        return limit
+    if limit is not None and requested > limit:
+        raise ConfigError(f"max_model_len {requested} is larger than the model's maximum "
+                          f"positions ({limit}); use at most {limit}.")
+    return requested
+
+
+def _eos_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> set[int]:
+    """EOS ids of the tokenizer and of the model's generation config."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif isinstance(config_eos, list | tuple):
+        ids.update(int(token) for token in config_eos)
+    return ids

@@ -1,0 +1,164 @@
+"""Running the built-in server: in this process (``serve_builtin``) or as a child process.
+
+``BuiltinServer`` is what ``agentgym rollout`` without ``--base-url`` and
+the tests use: it starts ``python -m agentgym.serve`` on a free loopback
+port, waits for ``/health``, and stops the process on exit::
+
+    with BuiltinServer("tiny") as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="none")
+        client.completions.create(model=server.model_name, prompt=[1, 2, 3], max_tokens=8)
+
+A child process rather than a thread: the model then has its own
+interpreter lock and torch thread settings, so the caller's event loop and
+the server's do not slow each other down, and stopping it is clean.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import IO, Self
+
+from agentgym.errors import ServerStartError
+
+__all__ = ["BuiltinServer", "default_torch_threads", "free_port", "serve_builtin", "wait_for_health"]
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def default_torch_threads() -> int:
+    """Torch threads for a server process: all cores but one, which the HTTP event loop needs."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll ``url`` (each try times out after 2 s) until it answers 200; raise if ``process`` dies."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise ServerStartError(
+                f"the server exited with code {process.returncode} before {url} answered.")
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise ServerStartError(f"{url} did not answer within {timeout:.0f} s.")
+
+
+def serve_builtin(model: str, *, host: str = LOOPBACK, port: int = 8000, api_key: str | None = None,
+                  served_model_name: str | None = None, max_model_len: int | None = None,
+                  torch_threads: int | None = None, log_level: str = "info") -> None:
+    """Load ``model`` and serve it over HTTP until interrupted (blocks)."""
+    import uvicorn
+
+    from agentgym.serve.app import create_app
+    from agentgym.serve.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig(model, max_model_len=max_model_len,
+                                 torch_threads=torch_threads or default_torch_threads()))
+    app = create_app(engine, api_key=api_key, served_model_name=served_model_name)
+    try:
+        engine.start()
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                    timeout_graceful_shutdown=5)
+    finally:
+        engine.close()
+
+
+class BuiltinServer:
+    """The built-in server in a child process on a loopback port; a context manager.
+
+    ``base_url`` ends in ``/v1`` (what ``openai.OpenAI`` wants), ``url`` is the
+    root (``/health``, ``/tokenize``, ``/update_weights``), ``model_name`` the
+    name to put in requests.
+    """
+
+    def __init__(self, model: str, port: int | None = None, *, served_model_name: str | None = None,
+                 max_model_len: int | None = None, api_key: str | None = None,
+                 torch_threads: int | None = None, startup_timeout: float = 180.0) -> None:
+        self.model = model
+        self.port = port or free_port()
+        self.model_name = served_model_name or model
+        self.max_model_len = max_model_len
+        self.api_key = api_key
+        self.torch_threads = torch_threads
+        self.startup_timeout = startup_timeout
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.base_url = f"{self.url}/v1"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def command(self) -> list[str]:
+        """The child's command line."""
+        args = [sys.executable, "-m", "agentgym.serve", "--model", self.model, "--host", LOOPBACK,
+                "--port", str(self.port), "--served-model-name", self.model_name]
+        if self.max_model_len is not None:
+            args += ["--max-model-len", str(self.max_model_len)]
+        if self.api_key:
+            args += ["--api-key", self.api_key]
+        if self.torch_threads is not None:
+            args += ["--threads", str(self.torch_threads)]
+        return args
+
+    def start(self) -> BuiltinServer:
+        """Start the child and wait until it is healthy (or raise with its log's tail)."""
+        if self.process is not None:
+            return self
+        # A file, not a pipe (a full pipe would block the child); closed in stop().
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
+        self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+        try:
+            wait_for_health(f"{self.url}/health", self.startup_timeout, self.process)
+        except ServerStartError as exc:
+            tail = self.log_tail()
+            self.stop()
+            raise ServerStartError(f"the built-in server for {self.model!r} did not start: {exc}\n"
+                                   f"--- its log ---\n{tail}") from exc
+        return self
+
+    def log_tail(self, limit: int = 4000) -> str:
+        """The end of the child's output."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")[-limit:]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the child: SIGTERM (graceful), then SIGKILL after ``timeout``."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"BuiltinServer({self.model!r}, port={self.port})"

@@ -1,0 +1,216 @@
+"""Building OpenAI (and vLLM-extended) responses and SSE streams from engine updates.
+
+Logprobs follow vLLM's layout: completions report ``tokens``,
+``token_logprobs``, ``top_logprobs`` (the sampled token first, then the top
+``logprobs`` others, as a dict keyed by token text) and ``text_offset``;
+chat reports ``logprobs.content[]`` entries with ``token``, ``logprob``,
+``bytes`` and ``top_logprobs`` (the first ``top_logprobs`` entries of that
+same list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from agentgym.errors import ServeError
+from agentgym.serve.batch import SequenceUpdate
+from agentgym.serve.engine import Engine, Generation
+from agentgym.serve.protocol import (
+    ChatCompletionLogProb,
+    ChatCompletionLogProbs,
+    ChatCompletionLogProbsContent,
+    ChatCompletionResponse,
+    ChatCompletionResponseChoice,
+    ChatCompletionStreamChoice,
+    ChatCompletionStreamResponse,
+    ChatMessage,
+    CompletionLogProbs,
+    CompletionResponse,
+    CompletionResponseChoice,
+    CompletionStreamChoice,
+    CompletionStreamResponse,
+    DeltaMessage,
+    ErrorInfo,
+    ErrorResponse,
+    UsageInfo,
+)
+
+__all__ = ["Job", "chat_logprobs", "chat_response", "chat_stream", "completion_logprobs",
+           "completion_response", "completion_stream", "error_event"]
+
+DONE = "data: [DONE]\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What a response needs besides the updates: the request's shape and extensions."""
+
+    model: str
+    prompts: list[list[int]]
+    n: int
+    logprobs: int | None  # None: no logprobs; else how many alternatives
+    return_token_ids: bool
+    include_usage: bool = False
+
+
+def _entries(engine: Engine, token: int, logprob: float,
+             top: list[tuple[int, float]]) -> list[tuple[str, float]]:
+    """The sampled token first, then the alternatives that are not it (vLLM's order)."""
+    entries = [(engine.token_text(token), logprob)]
+    entries += [(engine.token_text(other), value) for other, value in top if other != token]
+    return entries
+
+
+def completion_logprobs(engine: Engine, update: SequenceUpdate, k: int,
+                        offset: int = 0) -> CompletionLogProbs:
+    """vLLM's completion logprobs for the tokens of ``update``, text offsets from ``offset``."""
+    result = CompletionLogProbs()
+    for token, logprob, top in zip(update.token_ids, update.logprobs, update.top_logprobs, strict=True):
+        text = engine.token_text(token)
+        result.tokens.append(text)
+        result.token_logprobs.append(logprob)
+        result.top_logprobs.append(dict(_entries(engine, token, logprob, top)[:k + 1]))
+        result.text_offset.append(offset)
+        offset += len(text)
+    return result
+
+
+def chat_logprobs(engine: Engine, update: SequenceUpdate, k: int) -> ChatCompletionLogProbs:
+    """vLLM's chat logprobs for the tokens of ``update``."""
+    content = []
+    for token, logprob, top in zip(update.token_ids, update.logprobs, update.top_logprobs, strict=True):
+        text = engine.token_text(token)
+        alternatives = [
+            ChatCompletionLogProb(token=t, logprob=v, bytes=list(t.encode("utf-8", "replace")))
+            for t, v in _entries(engine, token, logprob, top)[:k]]
+        content.append(ChatCompletionLogProbsContent(
+            token=text, logprob=logprob, bytes=list(text.encode("utf-8", "replace")),
+            top_logprobs=alternatives))
+    return ChatCompletionLogProbs(content=content)
+
+
+def _usage(job: Job, generated: int) -> UsageInfo:
+    prompt = sum(len(prompt) for prompt in job.prompts)
+    return UsageInfo(prompt_tokens=prompt, completion_tokens=generated, total_tokens=prompt + generated)
+
+
+def _version(updates: Sequence[SequenceUpdate]) -> int | None:
+    return max((update.policy_version for update in updates), default=None)
+
+
+def completion_response(engine: Engine, job: Job, updates: list[SequenceUpdate]) -> CompletionResponse:
+    """The non-streamed ``/v1/completions`` response."""
+    choices = []
+    for update in updates:
+        choices.append(CompletionResponseChoice(
+            index=update.index, text=update.text,
+            logprobs=None if job.logprobs is None else completion_logprobs(engine, update, job.logprobs),
+            finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+            token_ids=update.token_ids if job.return_token_ids else None,
+            prompt_token_ids=job.prompts[update.index // job.n] if job.return_token_ids else None))
+    generated = sum(len(update.token_ids) for update in updates)
+    return CompletionResponse(model=job.model, choices=choices, usage=_usage(job, generated),
+                              policy_version=_version(updates))
+
+
+def chat_response(engine: Engine, job: Job, updates: list[SequenceUpdate]) -> ChatCompletionResponse:
+    """The non-streamed ``/v1/chat/completions`` response."""
+    choices = []
+    for update in updates:
+        choices.append(ChatCompletionResponseChoice(
+            index=update.index, message=ChatMessage(role="assistant", content=update.text),
+            logprobs=None if job.logprobs is None else chat_logprobs(engine, update, job.logprobs),
+            finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+            token_ids=update.token_ids if job.return_token_ids else None))
+    generated = sum(len(update.token_ids) for update in updates)
+    return ChatCompletionResponse(
+        model=job.model, choices=choices, usage=_usage(job, generated),
+        prompt_token_ids=job.prompts[0] if job.return_token_ids else None,
+        policy_version=_version(updates))
+
+
+def _sse(payload: str) -> str:
+    return f"data: {payload}\n\n"
+
+
+def error_event(exc: ServeError) -> str:
+    """An error as the last event of a stream whose 200 was already sent (as vLLM)."""
+    info = ErrorInfo(message=exc.message, type=exc.error_type, param=exc.param, code=exc.status_code)
+    return _sse(ErrorResponse(error=info).model_dump_json())
+
+
+def _chunk(model: type[CompletionStreamResponse | ChatCompletionStreamResponse],
+           head: CompletionStreamResponse | ChatCompletionStreamResponse, **fields: object) -> str:
+    """One SSE event: a chunk sharing ``head``'s id and time; unset fields are left out (as vLLM)."""
+    chunk = model(id=head.id, object=head.object, created=head.created, model=head.model, **fields)
+    return _sse(chunk.model_dump_json(exclude_unset=True))
+
+
+async def completion_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
+    """SSE events of a streamed ``/v1/completions``: one chunk per choice per step."""
+    head = CompletionStreamResponse(model=job.model, choices=[])
+    offsets: dict[int, int] = {}
+    generated, version = 0, None
+    try:
+        async for update in generation.updates():
+            version = update.policy_version
+            first = update.index not in offsets
+            offset = offsets.get(update.index, 0)
+            logprobs = None
+            if job.logprobs is not None:
+                logprobs = completion_logprobs(engine, update, job.logprobs, offset)
+            offsets[update.index] = offset + sum(len(engine.token_text(t)) for t in update.token_ids)
+            generated += len(update.token_ids)
+            choice = CompletionStreamChoice(
+                index=update.index, text=update.text, logprobs=logprobs,
+                finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+                prompt_token_ids=(job.prompts[update.index // job.n]
+                                  if job.return_token_ids and first else None),
+                token_ids=update.token_ids if job.return_token_ids else None)
+            yield _chunk(CompletionStreamResponse, head, choices=[choice],
+                         policy_version=update.policy_version)
+        if job.include_usage:
+            yield _chunk(CompletionStreamResponse, head, choices=[], usage=_usage(job, generated),
+                         policy_version=version)
+    except ServeError as exc:
+        yield error_event(exc)
+    finally:  # the client may leave mid-stream: stop generating what nobody will read
+        generation.cancel()
+    yield DONE
+
+
+async def chat_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
+    """SSE events of a streamed ``/v1/chat/completions``: a role chunk per choice, then deltas.
+
+    The role chunks wait for the first token, so that they too can report the
+    policy version that generates the answer.
+    """
+    head = ChatCompletionStreamResponse(model=job.model, choices=[])
+    generated, version = 0, None
+    try:
+        async for update in generation.updates():
+            if version is None:
+                for index in range(job.n):
+                    role = ChatCompletionStreamChoice(
+                        index=index, delta=DeltaMessage(role="assistant", content=""), logprobs=None,
+                        finish_reason=None)
+                    yield _chunk(ChatCompletionStreamResponse, head, choices=[role],
+                                 prompt_token_ids=job.prompts[0] if job.return_token_ids else None,
+                                 policy_version=update.policy_version)
+            version = update.policy_version
+            generated += len(update.token_ids)
+            choice = ChatCompletionStreamChoice(
+                index=update.index, delta=DeltaMessage(content=update.text),
+                logprobs=None if job.logprobs is None else chat_logprobs(engine, update, job.logprobs),
+                finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+                token_ids=update.token_ids if job.return_token_ids else None)
+            yield _chunk(ChatCompletionStreamResponse, head, choices=[choice], policy_version=version)
+        if job.include_usage:
+            yield _chunk(ChatCompletionStreamResponse, head, choices=[], usage=_usage(job, generated),
+                         policy_version=version)
+    except ServeError as exc:
+        yield error_event(exc)
+    finally:  # the client may leave mid-stream: stop generating what nobody will read
+        generation.cancel()
+    yield DONE

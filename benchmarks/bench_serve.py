@@ -1,0 +1,150 @@
+"""Generation throughput of the built-in server at concurrency 1, 8 and 32, beside real vLLM.
+
+    python benchmarks/bench_serve.py                     # tiny model, built-in and (if found) vLLM
+    python benchmarks/bench_serve.py --no-vllm --seconds 3
+    python benchmarks/bench_serve.py --model tiny-256x4 --max-tokens 64
+
+Each level runs ``concurrency`` clients (one ``openai.AsyncOpenAI``) in a closed
+loop for ``--seconds``: every client sends a ``/v1/completions`` request with a
+token-id prompt, ``return_token_ids``, ``logprobs=0`` and ``ignore_eos`` (so
+every answer is ``--max-tokens`` long), and sends the next as soon as it is
+answered. Throughput is completion tokens over the wall time until the last
+answer. Each server first runs ``--warmup`` seconds at the top concurrency,
+unmeasured (vLLM compiles its first batches of each size). vLLM
+(``agentgym.serve.vllm``; ``scripts/setup_vllm.sh`` installs it)
+serves the same model folder in the same run, one server at a time.
+
+Targets (issue 3): built-in at 32 >= 5x its own rate at 1, and >= half of
+vLLM's rate at 32. Client and servers share the machine's cores, as a rollout
+on one machine would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import openai
+from rich.console import Console
+from rich.table import Table
+
+from agentgym.models import resolve_model
+from agentgym.serve.launch import BuiltinServer, free_port
+
+LEVELS = (1, 8, 32)
+console = Console(highlight=False)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One measurement: concurrency, answers, completion tokens, wall seconds."""
+
+    concurrency: int
+    requests: int
+    tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+async def _client_loop(client: openai.AsyncOpenAI, model: str, prompt: list[int], max_tokens: int,
+                       deadline: float, done: list[int]) -> None:
+    while time.perf_counter() < deadline:
+        answer = await client.completions.create(
+            model=model, prompt=prompt, max_tokens=max_tokens, temperature=1.0, logprobs=0,
+            extra_body={"return_token_ids": True, "ignore_eos": True})
+        done.append(len(answer.choices[0].token_ids))  # type: ignore[attr-defined]
+
+
+async def _measure(base_url: str, model: str, concurrency: int, seconds: float, max_tokens: int) -> Level:
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0,
+                                  timeout=300) as client:
+        await client.completions.create(model=model, prompt=[1, 2, 3], max_tokens=4)  # warm up
+        done: list[int] = []
+        start = time.perf_counter()
+        await asyncio.gather(*[
+            _client_loop(client, model, [1, 5 + index % 50, 6, 7, 8, 9, 10, 11], max_tokens,
+                         start + seconds, done)
+            for index in range(concurrency)])
+        return Level(concurrency, len(done), sum(done), time.perf_counter() - start)
+
+
+def _run_levels(name: str, base_url: str, model: str, seconds: float, max_tokens: int,
+                warmup: float) -> list[Level]:
+    if warmup > 0:  # first batches of each size are slow (vLLM compiles them, torch warms up)
+        asyncio.run(_measure(base_url, model, LEVELS[-1], warmup, max_tokens))
+    levels = []
+    for concurrency in LEVELS:
+        level = asyncio.run(_measure(base_url, model, concurrency, seconds, max_tokens))
+        console.print(f"{name:>8} at {concurrency:>2}: {level.tokens_per_s:8.0f} tokens/s "
+                      f"({level.requests} answers in {level.seconds:.1f} s)")
+        levels.append(level)
+    return levels
+
+
+@contextlib.contextmanager
+def _vllm(model_dir: str, max_model_len: int) -> Iterator[str | None]:
+    """vLLM's base URL, or None (with the reason printed) when it is not installed."""
+    from agentgym.serve import vllm
+
+    if vllm.vllm_python() is None:
+        console.print(f"vLLM not found, skipped: {vllm.INSTALL_HINT}")
+        yield None
+        return
+    with vllm.VLLMServer(model_dir, port=free_port(), served_model_name="bench",
+                         max_model_len=max_model_len) as server:
+        yield server.base_url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="model folder, hub id or tiny name")
+    parser.add_argument("--seconds", type=float, default=6.0, help="time per concurrency level")
+    parser.add_argument("--max-tokens", type=int, default=128, help="completion tokens per request")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds at the top level, unmeasured")
+    parser.add_argument("--no-vllm", action="store_true", help="measure the built-in server only")
+    args = parser.parse_args()
+    model_dir = resolve_model(args.model)
+    max_model_len = 512
+    results: dict[str, list[Level]] = {}
+    with BuiltinServer(model_dir, served_model_name="bench", max_model_len=max_model_len) as server:
+        results["built-in"] = _run_levels("built-in", server.base_url, "bench", args.seconds,
+                                          args.max_tokens, args.warmup)
+    if not args.no_vllm:
+        with _vllm(model_dir, max_model_len) as base_url:
+            if base_url is not None:
+                results["vLLM"] = _run_levels("vLLM", base_url, "bench", args.seconds,
+                                              args.max_tokens, args.warmup)
+    _report(results)
+
+
+def _report(results: dict[str, list[Level]]) -> None:
+    table = Table(title="completion tokens/s by concurrency")
+    table.add_column("server")
+    for concurrency in LEVELS:
+        table.add_column(str(concurrency), justify="right")
+    table.add_column("32 vs 1", justify="right")
+    for name, levels in results.items():
+        rates = [level.tokens_per_s for level in levels]
+        table.add_row(name, *(f"{rate:,.0f}" for rate in rates), f"{rates[-1] / rates[0]:.1f}x")
+    console.print(table)
+    console.print(f"load average when done: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+                  f"on {os.cpu_count()} cores (other work on the machine lowers every number)")
+    ours = [level.tokens_per_s for level in results["built-in"]]
+    console.print(f"target built-in 32 >= 5x built-in 1: {ours[-1] / ours[0]:.1f}x "
+                  f"({'met' if ours[-1] >= 5 * ours[0] else 'missed'})")
+    if "vLLM" in results:
+        theirs = results["vLLM"][-1].tokens_per_s
+        console.print(f"target built-in 32 >= 0.5x vLLM 32: {ours[-1] / theirs:.2f}x "
+                      f"({'met' if ours[-1] >= 0.5 * theirs else 'missed'})")
+
+
+if __name__ == "__main__":
+    main()

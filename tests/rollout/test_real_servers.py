@@ -1,0 +1,62 @@
+"""Rollouts through real servers: the built-in one and real vLLM, with the tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+
+import pytest
+
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
+from agentgym.rollout.rows import TrajectoryRow
+from alignment import assert_aligned
+
+
+@pytest.fixture(scope="module", params=["builtin", pytest.param("vllm", marks=pytest.mark.vllm)])
+def server(request: pytest.FixtureRequest, tiny_model: str) -> Iterator[tuple[str, str]]:
+    """(base_url, model name) of a real server playing the tiny model."""
+    if request.param == "builtin":
+        from agentgym.serve.launch import BuiltinServer
+
+        with BuiltinServer(tiny_model) as builtin:
+            yield builtin.base_url, builtin.model_name
+        return
+    from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
+
+    if vllm_python() is None:
+        pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
+    with VLLMServer(tiny_model, max_model_len=2048) as vllm:
+        yield vllm.base_url, vllm.model_name
+
+
+def rollout(server: tuple[str, str], renderer: ChatRenderer, config: RolloutConfig) -> list[TrajectoryRow]:
+    base_url, model = server
+
+    async def main() -> list[TrajectoryRow]:
+        sampling = SamplingConfig(temperature=1.0, max_tokens=config.max_tokens_per_turn)
+        async with OpenAIPolicy(base_url, model, sampling=sampling, timeout=120) as policy:
+            return await EnvManager(config, policy, renderer=renderer).run()
+    return asyncio.run(main())
+
+
+def test_a_rollout_records_aligned_tokens_and_real_logprobs(server: tuple[str, str], renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=4, group_size=2, max_turns=3,
+                           max_tokens_per_turn=12, max_context_tokens=2048, concurrency=4)
+    rows = rollout(server, renderer, config)
+    assert len({row.key for row in rows}) == 4
+    for row in rows:
+        assert row.error is None, row.error
+        assert not row.retokenized and row.num_turns >= 1
+        assert_aligned(row, renderer)
+        sampled = [lp for lp, m in zip(row.logprobs, row.completion_mask, strict=True) if m]
+        assert sampled and all(math.isfinite(lp) and lp <= 0 for lp in sampled)
+        assert any(lp < 0 for lp in sampled)  # sampled at temperature 1 from a random model
+
+
+def test_chat_mode_retokenizes_and_says_so(server: tuple[str, str], renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Bandit-LLM-v0", episodes=2, max_tokens_per_turn=8, chat_mode=True)
+    rows = rollout(server, renderer, config)
+    assert all(row.error is None and row.retokenized and row.num_turns == 1 for row in rows)
