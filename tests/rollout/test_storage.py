@@ -29,6 +29,10 @@ def test_rows_round_trip_through_parquet_and_datasets(tmp_path: Path) -> None:
     assert read_rows(out) == [row(0, 0), row(0, 1)]
     dataset = load_rollouts(out)
     assert dataset.num_rows == 2
+    import datasets
+
+    loaded = datasets.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    assert loaded["completion_ids"] == [[3, 4, 5], [3, 4, 5]] and loaded["episode_id"] == ["e0-0", "e0-1"]
     assert dataset[0]["completion_mask"] == [1, 1, 0] and dataset[0]["messages"][0]["content"] == "hi"
     assert not (tmp_path / "rollouts.parquet.parts").exists()
 
