@@ -13,7 +13,7 @@ from rich.markup import escape
 import agentgym
 from agentgym.errors import AgentGymError
 
-__all__ = ["console", "fail", "make_env", "parse_env_kwargs"]
+__all__ = ["console", "ENV_KWARG_HELP", "fail", "make_env", "parse_env_kwargs"]
 
 console = Console(highlight=False)
 

@@ -21,7 +21,7 @@ from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.rows import TrajectoryRow
 
-__all__ = ["rollout_command"]
+__all__ = ["PolicyName", "print_episode", "rollout_command"]
 
 
 class PolicyName(str, Enum):

@@ -24,7 +24,15 @@ from pathlib import Path
 
 from agentgym.errors import ConfigError
 
-__all__ = ["CHAT_TEMPLATE", "TinySpec", "build_tiny_model", "cache_root", "resolve_model", "tiny_spec"]
+__all__ = [
+    "build_tiny_model",
+    "cache_root",
+    "CHAT_TEMPLATE",
+    "resolve_model",
+    "SPECIAL_TOKENS",
+    "tiny_spec",
+    "TinySpec",
+]
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"

@@ -79,7 +79,7 @@ from agentgym.serve.responses import (
 
 __all__ = ["create_app", "error_response"]
 
-log = logging.getLogger("agentgym.serve")
+_log = logging.getLogger("agentgym.serve")
 
 _DISCONNECT_POLL_S = 1.0  # how often a waiting request checks that its client is still there
 _OPEN_PATHS = frozenset({"/health"})  # reachable without the API key (load balancers, readiness)
@@ -137,7 +137,7 @@ class _CatchAll:
         try:
             await self.app(scope, receive, watch)
         except Exception as exc:  # broad on purpose: no request may take the server down
-            log.exception("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
+            _log.exception("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
             if started:
                 raise
             response = error_response(500, f"internal error: {type(exc).__name__}: {exc}",
@@ -168,7 +168,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
         if exc.status_code >= 500:
-            log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+            _log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
         return error_response(exc.status_code, exc.message, param=exc.param, error_type=exc.error_type)
 
     @app.exception_handler(RequestValidationError)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["Engine", "EngineConfig", "Generation", "WeightUpdate"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MAX_N = 128  # choices per request
+_MAX_N = 128  # choices per request
 
 
 @dataclass(frozen=True)
@@ -254,8 +254,8 @@ class Engine:
         Choice ``i`` of prompt ``p`` has index ``p * n + i`` (as in vLLM's
         responses); seeded choices use ``seed + i``.
         """
-        if not 1 <= n <= MAX_N:
-            raise InvalidRequestError(f"n must be between 1 and {MAX_N}, got {n}.", param="n")
+        if not 1 <= n <= _MAX_N:
+            raise InvalidRequestError(f"n must be between 1 and {_MAX_N}, got {n}.", param="n")
         if n > 1 and params.greedy:
             raise InvalidRequestError(f"n must be 1 when using greedy sampling, got {n}.", param="n")
         if adapter is not None and adapter not in self._lora_paths:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-__all__ = ["can_reshape", "drop_left", "join", "select_rows"]
+__all__ = ["can_reshape", "drop_left", "join", "Layers", "select_rows"]
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 

@@ -27,12 +27,18 @@ from typing import IO, Self
 
 from agentgym.errors import ServerStartError
 
-__all__ = ["BuiltinServer", "default_torch_threads", "free_port", "serve_builtin", "wait_for_health"]
+__all__ = [
+    "BuiltinServer",
+    "default_torch_threads",
+    "free_port",
+    "serve_builtin",
+    "wait_for_health",
+]
 
-LOOPBACK = "127.0.0.1"
+_LOOPBACK = "127.0.0.1"
 
 
-def free_port(host: str = LOOPBACK) -> int:
+def free_port(host: str = _LOOPBACK) -> int:
     """A TCP port nothing listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -61,7 +67,7 @@ def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] |
     raise ServerStartError(f"{url} did not answer within {timeout:.0f} s.")
 
 
-def serve_builtin(model: str, *, host: str = LOOPBACK, port: int = 8000, api_key: str | None = None,
+def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_key: str | None = None,
                   served_model_name: str | None = None, max_model_len: int | None = None,
                   torch_threads: int | None = None, log_level: str = "info") -> None:
     """Load ``model`` and serve it over HTTP until interrupted (blocks)."""
@@ -99,14 +105,14 @@ class BuiltinServer:
         self.api_key = api_key
         self.torch_threads = torch_threads
         self.startup_timeout = startup_timeout
-        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.url = f"http://{_LOOPBACK}:{self.port}"
         self.base_url = f"{self.url}/v1"
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     def command(self) -> list[str]:
         """The child's command line."""
-        args = [sys.executable, "-m", "agentgym.serve", "--model", self.model, "--host", LOOPBACK,
+        args = [sys.executable, "-m", "agentgym.serve", "--model", self.model, "--host", _LOOPBACK,
                 "--port", str(self.port), "--served-model-name", self.model_name]
         if self.max_model_len is not None:
             args += ["--max-model-len", str(self.max_model_len)]

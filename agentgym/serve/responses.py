@@ -36,8 +36,17 @@ from agentgym.serve.protocol import (
     UsageInfo,
 )
 
-__all__ = ["Job", "chat_logprobs", "chat_response", "chat_stream", "completion_logprobs",
-           "completion_response", "completion_stream", "error_event"]
+__all__ = [
+    "chat_logprobs",
+    "chat_response",
+    "chat_stream",
+    "completion_logprobs",
+    "completion_response",
+    "completion_stream",
+    "DONE",
+    "error_event",
+    "Job",
+]
 
 DONE = "data: [DONE]\n\n"
 

@@ -37,7 +37,7 @@ from agentgym.serve.sampling import SampleOutput, make_generator, sample
 
 __all__ = ["Limits", "Scheduler", "SchedulerStats"]
 
-log = logging.getLogger("agentgym.serve")
+_log = logging.getLogger("agentgym.serve")
 
 _STOP = object()
 
@@ -314,7 +314,7 @@ class Scheduler:
         return ""
 
     def _fail_batch(self, exc: Exception) -> None:
-        log.exception("a generation batch failed; its requests get a 500", exc_info=exc)
+        _log.exception("a generation batch failed; its requests get a 500", exc_info=exc)
         self.stats.errors += 1
         failed = self._batch.rows + self._admitting
         self._batch.clear()
@@ -341,7 +341,7 @@ def _deliver(updates: list[tuple[Sequence, SequenceUpdate | EngineFailure]]) -> 
             loop.call_soon_threadsafe(_put_all, items)
         except RuntimeError:  # the loop is closed: its clients are gone
             for sink, _ in items:
-                log.debug("dropped an update for a closed event loop %r", sink)
+                _log.debug("dropped an update for a closed event loop %r", sink)
 
 
 def _deliver_failure(sequences: list[Sequence], message: str) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from agentgym.serve.launch import free_port
 
-__all__ = ["StubConfig", "StubServer", "serve_stub"]
+__all__ = ["main", "serve_stub", "StubConfig", "StubServer"]
 
 
 @dataclass
