@@ -260,8 +260,12 @@ class EnvManager:
             episode.retokenized = episode.retokenized or isinstance(self.policy, OpenAIPolicy)
         if generation.prompt_ids is not None and list(generation.prompt_ids) != episode.context:
             # The server did not see the ids we sent: rows built on our ids would
-            # misalign the logprobs, so a new row starts from what it did see.
-            episode.segments.append(_Segment(prompt_ids=list(generation.prompt_ids)))
+            # misalign the logprobs, so the row goes on from what it did see.
+            seen = _Segment(prompt_ids=list(generation.prompt_ids))
+            if episode.segments[-1].completion_ids:
+                episode.segments.append(seen)
+            else:  # nothing recorded on the old prompt yet: no empty row
+                episode.segments[-1] = seen
         segment = episode.segments[-1]
         segment.add(ids, sampled=True, logprobs=logprobs)
         segment.add(self.renderer.close_turn_ids(ids), sampled=False)

@@ -41,6 +41,8 @@ class StubConfig:
     fail_every: int = 0   # every n-th request gets a 500 (0 = never)
     hang_every: int = 0   # every n-th request never answers
     drop_every: int = 0   # every n-th request has its connection closed with no reply
+    #: ids the stub claims to have put before every prompt (a server that alters prompts)
+    prompt_prefix: Sequence[int] = ()
     model: str = "stub"
     requests: int = field(default=0, init=False)
 
@@ -50,7 +52,7 @@ def _completion_body(config: StubConfig, request: dict) -> bytes:
     ids = list(config.completion_ids)[:limit]
     finish = "stop" if len(ids) == len(config.completion_ids) else "length"
     prompt = request.get("prompt")
-    prompt_ids = prompt if isinstance(prompt, list) else []
+    prompt_ids = list(config.prompt_prefix) + (prompt if isinstance(prompt, list) else [])
     choice = {
         "index": 0, "text": config.completion_text, "finish_reason": finish,
         "token_ids": ids, "prompt_token_ids": prompt_ids,
@@ -163,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.05)
     parser.add_argument("--completion-text", default=StubConfig.completion_text)
     parser.add_argument("--completion-ids", default="10,11,12,2")
+    parser.add_argument("--prompt-prefix", default="", help="ids reported before every prompt, e.g. 99")
     for name in ("fail-every", "hang-every", "drop-every"):
         parser.add_argument(f"--{name}", type=int, default=0)
     args = parser.parse_args(argv)
@@ -170,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         delay=args.delay, completion_text=args.completion_text,
         completion_ids=[int(i) for i in args.completion_ids.split(",")],
         fail_every=args.fail_every, hang_every=args.hang_every, drop_every=args.drop_every,
+        prompt_prefix=[int(i) for i in args.prompt_prefix.split(",") if i],
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_stub(config, args.port))

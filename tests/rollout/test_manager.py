@@ -37,6 +37,16 @@ def test_rows_are_token_aligned(stub: StubServer, renderer: ChatRenderer) -> Non
         assert_aligned(row, renderer)
 
 
+def test_a_server_that_alters_the_prompt_starts_a_new_row(up_ids: list[int], renderer: ChatRenderer) -> None:
+    with StubServer(delay=0.001, completion_ids=up_ids, prompt_prefix=[99]) as server:
+        rows = run(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_turns=3), server.base_url, renderer)
+    assert len(rows) >= 2 and [row.row_index for row in rows] == list(range(len(rows)))
+    for row in rows:
+        assert row.prompt_ids[0] == 99  # each row starts from the ids the server really saw
+        assert row.completion_mask[: len(up_ids)] == [1] * len(up_ids)
+    assert len({row.episode_id for row in rows}) == 1
+
+
 def test_groups_share_a_seed_and_rows_say_which_episode(stub: StubServer, renderer: ChatRenderer) -> None:
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=6, group_size=3, max_turns=1, seed=10)
     rows = run(config, stub.base_url, renderer)
