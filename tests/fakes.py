@@ -1,13 +1,24 @@
-"""A fake env shared by the tests (a module of its own: conftest names collide)."""
+"""A fake env and small helpers shared by the tests (a module of its own: conftest names collide)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+import gymnasium as gym
 
 from agentgym.core import Outcome, TextEnv
 from agentgym.parsing import extract_answer, normalize
 
-__all__ = ["EchoEnv"]
+__all__ = ["EchoEnv", "make_game"]
+
+_Env = TypeVar("_Env", bound=TextEnv)
+
+
+def make_game(env_id: str, cls: type[_Env], **kwargs: object) -> _Env:
+    """``gym.make(env_id).unwrapped``, checked to be a ``cls``."""
+    env = gym.make(env_id, **kwargs).unwrapped
+    assert isinstance(env, cls)
+    return env
 
 
 class EchoEnv(TextEnv):

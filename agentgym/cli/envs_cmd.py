@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import gymnasium as gym
 import typer
 from rich.markup import escape
 from rich.panel import Panel
@@ -44,48 +45,49 @@ def play_command(
     env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
 ) -> None:
     """Play an environment yourself in the terminal."""
+    _enable_line_editing()
     env = make_env(env_id, parse_env_kwargs(env_kwarg))
     game: TextEnv = env.unwrapped  # type: ignore[assignment]
     console.print(Panel(escape(game.instructions), title=env_id))
     console.print(f"[dim]{_PLAY_HELP}[/]")
-    observation, _ = env.reset(seed=seed)
-    total = 0.0
-    console.print(escape(observation))
+    total, over = _new_level(env, seed), False
     while True:
         line = _read_line()
-        if line is None or line.strip() == ":quit":
+        command = ":quit" if line is None else line.strip()
+        if command == ":quit" or (over and command != ":reset"):
             console.print(f"Bye. Reward this episode: {total:g}")
             return
-        if line.strip() in (":help", ":reset"):
-            if line.strip() == ":help":
-                console.print(Panel(escape(game.instructions), title=env_id))
-            else:
-                observation, _ = env.reset()
-                total = 0.0
-                console.print(escape(observation))
-            continue
-        action = line if "<" in line or "\\" in line else game.format_action(line.strip())
-        observation, reward, terminated, truncated, info = env.step(action)
-        total += float(reward)
-        valid = "" if info["action_valid"] else " [red](invalid action)[/]"
-        console.print(f"{escape(observation)}\n[dim]reward {float(reward):+g}, total {total:g}[/]{valid}")
-        if terminated or truncated:
-            verdict = "[green]Solved![/]" if info["success"] else "[yellow]Episode over.[/]"
-            console.print(f"{verdict} Type :reset for a new level or :quit.")
-            line = _read_line()
-            if line is None or line.strip() != ":reset":
-                console.print(f"Bye. Reward this episode: {total:g}")
-                return
-            observation, _ = env.reset()
-            total = 0.0
-            console.print(escape(observation))
+        if command == ":help":
+            console.print(Panel(escape(game.instructions), title=env_id))
+        elif command == ":reset":
+            total, over = _new_level(env), False
+        else:
+            action = line if "<" in line or "\\" in line else game.format_action(command)
+            observation, reward, terminated, truncated, info = env.step(action)
+            total += float(reward)
+            valid = "" if info["action_valid"] else " [red](invalid action)[/]"
+            console.print(f"{escape(observation)}\n[dim]reward {float(reward):+g}, total {total:g}[/]{valid}")
+            if terminated or truncated:
+                verdict = "[green]Solved![/]" if info["success"] else "[yellow]Episode over.[/]"
+                console.print(f"{verdict} Type :reset for a new level or :quit.")
+                over = True
 
 
-def _read_line() -> str | None:
+def _new_level(env: gym.Env, seed: int | None = None) -> float:
+    """Reset, show the task; the episode's reward so far is 0."""
+    observation, _ = env.reset(seed=seed)
+    console.print(escape(observation))
+    return 0.0
+
+
+def _enable_line_editing() -> None:
     try:
         import readline  # noqa: F401  (arrow keys and history at the prompt, where available)
     except ImportError:
         pass
+
+
+def _read_line() -> str | None:
     try:
         return input("action> ")
     except EOFError:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,7 +59,8 @@ def rollout_command(
             concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode,
         )
-        rows = asyncio.run(_run(config, policy, model, base_url, api_key, temperature, out, resume, show))
+        player = _Player(policy, model, base_url, api_key, temperature)
+        rows = asyncio.run(_run(config, player, out, resume, show))
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
     console.print(_summary(env_id, policy.value if policy is PolicyName.random else model, rows))
@@ -66,63 +68,72 @@ def rollout_command(
         console.print(f"Rows written to {escape(str(out))} (load with datasets.load_dataset('parquet', ...)).")
 
 
-async def _run(config: RolloutConfig, policy: PolicyName, model: str, base_url: str | None, api_key: str,
-               temperature: float, out: Path | None, resume: bool, show: int) -> list[TrajectoryRow]:
+@dataclass(frozen=True)
+class _Player:
+    """Who plays, as the flags say."""
+
+    policy: PolicyName
+    model: str
+    base_url: str | None
+    api_key: str
+    temperature: float
+
+
+async def _run(config: RolloutConfig, player: _Player, out: Path | None, resume: bool,
+               show: int) -> list[TrajectoryRow]:
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
     writer = RolloutWriter(out, resume=resume) if out is not None else None
     rows: list[TrajectoryRow] = []
-    with _policy(policy, model, base_url, api_key, temperature, config, out) as (player, renderer), \
-            _progress(config, len(skip)) as report:
-        shown = 0
+    async with _playing(player, config, record=out is not None) as (policy, renderer):
+        with _progress(config, len(skip)) as report:
+            shown = 0
 
-        def finished(episode_rows: list[TrajectoryRow]) -> None:
-            nonlocal shown
-            rows.extend(episode_rows)
-            if writer is not None:
-                writer.add(episode_rows)
-            report(episode_rows)
-            if shown < show:
-                shown += 1
-                print_episode(episode_rows[0])
+            def finished(episode_rows: list[TrajectoryRow]) -> None:
+                nonlocal shown
+                rows.extend(episode_rows)
+                if writer is not None:
+                    writer.add(episode_rows)
+                report(episode_rows)
+                if shown < show:
+                    shown += 1
+                    print_episode(episode_rows[0])
 
-        try:
-            manager = EnvManager(config, player, renderer=renderer, on_episode=finished)
-            await manager.run(skip=skip)
-        finally:
-            if hasattr(player, "aclose"):
-                await player.aclose()
-            if writer is not None:
-                writer.close()
+            try:
+                manager = EnvManager(config, policy, renderer=renderer, on_episode=finished)
+                await manager.run(skip=skip)
+            finally:
+                if writer is not None:
+                    writer.close()
     return rows
 
 
-@contextlib.contextmanager
-def _policy(policy: PolicyName, model: str, base_url: str | None, api_key: str, temperature: float,
-            config: RolloutConfig, out: Path | None) -> Iterator[tuple[Any, Any]]:
-    """The player and the renderer; starts the built-in server when no --base-url is given.
+@contextlib.asynccontextmanager
+async def _playing(player: _Player, config: RolloutConfig, *, record: bool) -> AsyncIterator[tuple[Any, Any]]:
+    """The policy and the renderer, for as long as the rollout runs.
 
-    A model-free policy records token ids (in --model's tokenizer) only when
-    the rows are written, so a quick random rollout needs no model at all.
+    Starts the built-in server when no --base-url is given. A model-free
+    policy records token ids (in --model's tokenizer) only when the rows are
+    written, so a quick random rollout needs no model at all.
     """
-    if policy is PolicyName.random:
-        yield RandomPolicy(seed=config.seed), (_renderer(model) if out is not None else None)
+    if player.policy is PolicyName.random:
+        yield RandomPolicy(seed=config.seed), (_renderer(player.model) if record else None)
         return
-    renderer = _renderer(model)
     from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
+    from agentgym.serve.launch import BuiltinServer
 
-    sampling = SamplingConfig(temperature=temperature, max_tokens=config.max_tokens_per_turn)
-    with contextlib.ExitStack() as stack:
-        served_name = model
-        if base_url is None:
-            from agentgym.serve.launch import BuiltinServer
-
-            console.print(f"Starting the built-in server with model {escape(model)} ...")
-            server = stack.enter_context(BuiltinServer(model))
-            base_url, served_name = server.base_url, server.model_name
-        yield OpenAIPolicy(base_url, served_name, api_key=api_key, sampling=sampling,
-                           max_connections=config.concurrency), renderer
+    renderer = _renderer(player.model)
+    sampling = SamplingConfig(temperature=player.temperature, max_tokens=config.max_tokens_per_turn)
+    if player.base_url is None:
+        console.print(f"Starting the built-in server with model {escape(player.model)} ...")
+    server = BuiltinServer(player.model) if player.base_url is None else contextlib.nullcontext()
+    with server as running:
+        base_url, name = ((running.base_url, running.model_name) if running is not None
+                          else (player.base_url, player.model))
+        async with OpenAIPolicy(base_url, name, api_key=player.api_key, sampling=sampling,
+                                max_connections=config.concurrency) as policy:
+            yield policy, renderer
 
 
 def _renderer(model: str) -> Any:

@@ -71,13 +71,17 @@ class RolloutConfig:
             )
         self._check_env_kwargs()
 
-    def _check_env_kwargs(self) -> None:
-        """Build the env once, so bad arguments fail now rather than in every episode."""
+    def make_env_kwargs(self) -> dict[str, Any]:
+        """The env's constructor arguments, with the run's turn limit when one is set."""
         kwargs = dict(self.env_kwargs)
         if self.max_turns is not None:
             kwargs["max_turns"] = self.max_turns
+        return kwargs
+
+    def _check_env_kwargs(self) -> None:
+        """Build the env once, so bad arguments fail now rather than in every episode."""
         try:
-            agentgym.make(self.env_id, **kwargs).close()
+            agentgym.make(self.env_id, **self.make_env_kwargs()).close()
         except TypeError as exc:
             raise ConfigError(f"{self.env_id} does not take those arguments: {exc}") from exc
 
@@ -153,13 +157,12 @@ class EnvManager:
         self.policy = policy
         self.renderer = renderer
         self.on_episode = on_episode
-        self._env_kwargs = dict(config.env_kwargs)
-        if config.max_turns is not None:
-            self._env_kwargs["max_turns"] = config.max_turns
+        self._env_kwargs = config.make_env_kwargs()
 
     async def run(self, skip: Collection[tuple[int, int]] = ()) -> list[TrajectoryRow]:
         """Play every episode not in ``skip``; return their rows (also given to ``on_episode``)."""
-        keys = [key for key in self.config.episode_keys() if key not in set(skip)]
+        done = set(skip)
+        keys = [key for key in self.config.episode_keys() if key not in done]
         semaphore = asyncio.Semaphore(self.config.concurrency)
         workers = min(self.config.concurrency, 64)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentgym-env") as pool:

@@ -15,6 +15,7 @@ the server's do not slow each other down, and stopping it is clean.
 
 from __future__ import annotations
 
+import http.client
 import os
 import socket
 import subprocess
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 _LOOPBACK = "127.0.0.1"
+#: urllib without proxies: requests to our own loopback servers never go through one.
+_LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def free_port(host: str = _LOOPBACK) -> int:
@@ -51,20 +54,23 @@ def default_torch_threads() -> int:
 
 
 def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """Poll ``url`` (each try times out after 2 s) until it answers 200; raise if ``process`` dies."""
+    """Poll ``url`` (each try times out after 2 s) until it answers 200; raise if ``process`` dies.
+
+    Every server agentgym starts (built-in, vLLM, the stub) waits through here.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise ServerStartError(
-                f"the server exited with code {process.returncode} before {url} answered.")
+                f"the server exited with status {process.returncode} before {url} answered.")
         try:
-            with urllib.request.urlopen(url, timeout=2.0) as response:
+            with _LOOPBACK_OPENER.open(url, timeout=2.0) as response:
                 if response.status == 200:
                     return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
+        except (OSError, http.client.HTTPException):  # refused, reset, timed out, 5xx, ...
             pass
         time.sleep(0.1)
-    raise ServerStartError(f"{url} did not answer within {timeout:.0f} s.")
+    raise ServerStartError(f"{url} did not answer within {timeout:g} s.")
 
 
 def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_key: str | None = None,

@@ -10,7 +10,7 @@ same list).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from agentgym.errors import ServeError
@@ -156,31 +156,20 @@ def _chunk(model: type[CompletionStreamResponse | ChatCompletionStreamResponse],
     return _sse(chunk.model_dump_json(exclude_unset=True))
 
 
-async def completion_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
-    """SSE events of a streamed ``/v1/completions``: one chunk per choice per step."""
-    head = CompletionStreamResponse(model=job.model, choices=[])
-    offsets: dict[int, int] = {}
-    generated, version = 0, None
+async def _framed(job: Job, generation: Generation,
+                  head: CompletionStreamResponse | ChatCompletionStreamResponse,
+                  events: Callable[[SequenceUpdate, bool], Iterator[str]]) -> AsyncIterator[str]:
+    """The frame every stream shares: ``events(update, is_first)`` per update, then
+    usage, an error event if generation fails, cancelling on disconnect, ``[DONE]``."""
+    generated, version, started = 0, None, False
     try:
         async for update in generation.updates():
-            version = update.policy_version
-            first = update.index not in offsets
-            offset = offsets.get(update.index, 0)
-            logprobs = None
-            if job.logprobs is not None:
-                logprobs = completion_logprobs(engine, update, job.logprobs, offset)
-            offsets[update.index] = offset + sum(len(engine.token_text(t)) for t in update.token_ids)
+            for event in events(update, not started):
+                yield event
+            started, version = True, update.policy_version
             generated += len(update.token_ids)
-            choice = CompletionStreamChoice(
-                index=update.index, text=update.text, logprobs=logprobs,
-                finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                prompt_token_ids=(job.prompts[update.index // job.n]
-                                  if job.return_token_ids and first else None),
-                token_ids=update.token_ids if job.return_token_ids else None)
-            yield _chunk(CompletionStreamResponse, head, choices=[choice],
-                         policy_version=update.policy_version)
         if job.include_usage:
-            yield _chunk(CompletionStreamResponse, head, choices=[], usage=_usage(job, generated),
+            yield _chunk(type(head), head, choices=[], usage=_usage(job, generated),
                          policy_version=version)
     except ServeError as exc:
         yield error_event(exc)
@@ -189,37 +178,53 @@ async def completion_stream(engine: Engine, job: Job, generation: Generation) ->
     yield DONE
 
 
-async def chat_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
+def completion_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
+    """SSE events of a streamed ``/v1/completions``: one chunk per choice per step."""
+    head = CompletionStreamResponse(model=job.model, choices=[])
+    offsets: dict[int, int] = {}
+
+    def events(update: SequenceUpdate, _first: bool) -> Iterator[str]:
+        first = update.index not in offsets
+        offset = offsets.get(update.index, 0)
+        logprobs = None
+        if job.logprobs is not None:
+            logprobs = completion_logprobs(engine, update, job.logprobs, offset)
+        offsets[update.index] = offset + sum(len(engine.token_text(t)) for t in update.token_ids)
+        choice = CompletionStreamChoice(
+            index=update.index, text=update.text, logprobs=logprobs,
+            finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+            prompt_token_ids=(job.prompts[update.index // job.n]
+                              if job.return_token_ids and first else None),
+            token_ids=update.token_ids if job.return_token_ids else None)
+        yield _chunk(CompletionStreamResponse, head, choices=[choice],
+                     policy_version=update.policy_version)
+
+    return _framed(job, generation, head, events)
+
+
+def chat_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
     """SSE events of a streamed ``/v1/chat/completions``: a role chunk per choice, then deltas.
 
     The role chunks wait for the first token, so that they too can report the
     policy version that generates the answer.
     """
     head = ChatCompletionStreamResponse(model=job.model, choices=[])
-    generated, version = 0, None
-    try:
-        async for update in generation.updates():
-            if version is None:
-                for index in range(job.n):
-                    role = ChatCompletionStreamChoice(
-                        index=index, delta=DeltaMessage(role="assistant", content=""), logprobs=None,
-                        finish_reason=None)
-                    yield _chunk(ChatCompletionStreamResponse, head, choices=[role],
-                                 prompt_token_ids=job.prompts[0] if job.return_token_ids else None,
-                                 policy_version=update.policy_version)
-            version = update.policy_version
-            generated += len(update.token_ids)
-            choice = ChatCompletionStreamChoice(
-                index=update.index, delta=DeltaMessage(content=update.text),
-                logprobs=None if job.logprobs is None else chat_logprobs(engine, update, job.logprobs),
-                finish_reason=update.finish_reason, stop_reason=update.stop_reason,
-                token_ids=update.token_ids if job.return_token_ids else None)
-            yield _chunk(ChatCompletionStreamResponse, head, choices=[choice], policy_version=version)
-        if job.include_usage:
-            yield _chunk(ChatCompletionStreamResponse, head, choices=[], usage=_usage(job, generated),
-                         policy_version=version)
-    except ServeError as exc:
-        yield error_event(exc)
-    finally:  # the client may leave mid-stream: stop generating what nobody will read
-        generation.cancel()
-    yield DONE
+
+    def events(update: SequenceUpdate, first: bool) -> Iterator[str]:
+        if first:
+            for index in range(job.n):
+                role = ChatCompletionStreamChoice(
+                    index=index, delta=DeltaMessage(role="assistant", content=""), logprobs=None,
+                    finish_reason=None)
+                yield _chunk(ChatCompletionStreamResponse, head, choices=[role],
+                             prompt_token_ids=job.prompts[0] if job.return_token_ids else None,
+                             policy_version=update.policy_version)
+        choice = ChatCompletionStreamChoice(
+            index=update.index, delta=DeltaMessage(content=update.text),
+            logprobs=None if job.logprobs is None else chat_logprobs(engine, update, job.logprobs),
+            finish_reason=update.finish_reason, stop_reason=update.stop_reason,
+            token_ids=update.token_ids if job.return_token_ids else None)
+        yield _chunk(ChatCompletionStreamResponse, head, choices=[choice],
+                     policy_version=update.policy_version)
+
+    return _framed(job, generation, head, events)

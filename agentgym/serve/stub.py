@@ -21,11 +21,11 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agentgym.serve.launch import free_port
+from agentgym.errors import ServerStartError
+from agentgym.serve.launch import free_port, wait_for_health
 
 __all__ = ["main", "serve_stub", "StubConfig", "StubServer"]
 
@@ -142,16 +142,12 @@ class StubServer:
             flag = "--" + key.replace("_", "-")
             args += [flag, ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)]
         self.process = subprocess.Popen(args)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(f"{self.base_url}/models", timeout=1).close()
-                return self
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.__exit__()
-        raise RuntimeError(f"the stub server did not start on port {self.port}")
+        try:
+            wait_for_health(f"{self.base_url}/models", 30.0, self.process)
+        except ServerStartError:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process and self.process.poll() is None:

@@ -51,7 +51,7 @@ from typing import Any, Self
 
 from agentgym.errors import ConfigError, ServerStartError, WeightSyncError
 from agentgym.models import resolve_model
-from agentgym.serve.launch import free_port
+from agentgym.serve.launch import _LOOPBACK_OPENER, free_port, wait_for_health
 
 __all__ = [
     "ENV_VAR",
@@ -82,10 +82,7 @@ _VENV = ".venv-vllm"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # `--max-lora-rank` choices in vLLM 0.32
 _IMPORT_TIMEOUT_S = 120.0  # importing vllm takes ~5 s here; a cold disk can take much longer
-_POLL_INTERVAL_S = 0.5
-_POLL_TIMEOUT_S = 2.0
 _STOP_GRACE_S = 15.0
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
 
 
 # -- finding vLLM ------------------------------------------------------------------------
@@ -371,21 +368,13 @@ class VLLMServer:
             raise
 
     def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise ServerStartError(
-                    f"vLLM exited with status {process.returncode} before answering on "
-                    f"{self.url}. Its log ({self.log_path}) ends:\n{self.log_tail()}"
-                )
-            if _answers(f"{self.base_url}/models"):
-                return
-            time.sleep(_POLL_INTERVAL_S)
-        raise ServerStartError(
-            f"vLLM did not answer on {self.url} within {self.startup_timeout:g} s; raise "
-            f"startup_timeout if the machine is slow. Its log ({self.log_path}) ends:\n"
-            f"{self.log_tail()}"
-        )
+        try:
+            wait_for_health(f"{self.base_url}/models", self.startup_timeout, process)
+        except ServerStartError as exc:
+            raise ServerStartError(
+                f"vLLM did not answer on {self.url}: {exc} If the machine is slow, raise "
+                f"startup_timeout. Its log ({self.log_path}) ends:\n{self.log_tail()}"
+            ) from exc
 
     def stop(self) -> None:
         """Stop the process group (SIGTERM, SIGKILL after a grace period). Safe to call twice."""
@@ -403,15 +392,6 @@ class VLLMServer:
             text = log.read().decode(errors="replace")
         return "\n".join(text.splitlines()[-lines:])
 
-
-
-def _answers(url: str) -> bool:
-    """Whether ``GET url`` returns 200 within a short timeout."""
-    try:
-        with _NO_PROXY.open(url, timeout=_POLL_TIMEOUT_S) as response:
-            return bool(response.status == 200)
-    except (OSError, http.client.HTTPException):  # refused, reset, timed out, 5xx, ...
-        return False
 
 
 def _stop_group(process: subprocess.Popen[bytes], grace: float) -> None:
@@ -480,7 +460,7 @@ def _post_json(url: str, body: Any, *, timeout: float, api_key: str | None) -> A
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
-        with _NO_PROXY.open(request, timeout=timeout) as response:
+        with _LOOPBACK_OPENER.open(request, timeout=timeout) as response:
             text = response.read().decode()
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")[:2000]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,14 +12,12 @@ from gymnasium.utils.env_checker import check_env
 import agentgym  # noqa: F401  (registers the ids)
 from agentgym.envs.games.bandit import BanditEnv
 from agentgym.errors import ConfigError
+from fakes import make_game
 
 ID = "Bandit-LLM-v0"
 
 
-def make(**kwargs: object) -> BanditEnv:
-    env = gym.make(ID, **kwargs).unwrapped
-    assert isinstance(env, BanditEnv)
-    return env
+make = partial(make_game, ID, BanditEnv)
 
 
 def with_order(order: list[str], **kwargs: object) -> BanditEnv:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from fractions import Fraction
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -20,14 +21,12 @@ from agentgym.envs.games.countdown import (
     evaluate_expression,
 )
 from agentgym.errors import ConfigError
+from fakes import make_game
 
 ID = "Countdown-LLM-v0"
 
 
-def make(**kwargs: object) -> CountdownEnv:
-    env = gym.make(ID, **kwargs).unwrapped
-    assert isinstance(env, CountdownEnv)
-    return env
+make = partial(make_game, ID, CountdownEnv)
 
 
 def with_level(numbers: list[int], target: int, **kwargs: object) -> CountdownEnv:

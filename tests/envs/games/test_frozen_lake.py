@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, deque
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -12,15 +13,13 @@ from gymnasium.utils.env_checker import check_env
 import agentgym  # noqa: F401  (registers the ids)
 from agentgym.envs.games.frozen_lake import FrozenLakeEnv
 from agentgym.errors import ConfigError
+from fakes import make_game
 
 ID = "FrozenLake-LLM-v0"
 STEPS = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 
 
-def make(**kwargs: object) -> FrozenLakeEnv:
-    env = gym.make(ID, **kwargs).unwrapped
-    assert isinstance(env, FrozenLakeEnv)
-    return env
+make = partial(make_game, ID, FrozenLakeEnv)
 
 
 def load(level: str, **kwargs: object) -> FrozenLakeEnv:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -13,16 +14,14 @@ from gymnasium.utils.env_checker import check_env
 import agentgym  # noqa: F401  (registers the ids)
 from agentgym.envs.games.sliding_puzzle import SlidingPuzzleEnv, is_solvable, parse_level
 from agentgym.errors import ConfigError
+from fakes import make_game
 
 ID = "SlidingPuzzle-LLM-v0"
 ONE_LEFT = "1 2 3\n4 5 6\n7 _ 8"  # solved by Right
 CENTRE = "1 2 3\n4 _ 5\n7 8 6"  # blank in the middle: every move is legal
 
 
-def make(**kwargs: object) -> SlidingPuzzleEnv:
-    env = gym.make(ID, **kwargs).unwrapped
-    assert isinstance(env, SlidingPuzzleEnv)
-    return env
+make = partial(make_game, ID, SlidingPuzzleEnv)
 
 
 def load(level: str, **kwargs: object) -> SlidingPuzzleEnv:

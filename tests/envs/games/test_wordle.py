@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -14,14 +15,12 @@ from hypothesis import strategies as st
 import agentgym  # noqa: F401  (registers the ids)
 from agentgym.envs.games.wordle import WordleEnv, load_words, score_guess
 from agentgym.errors import ConfigError
+from fakes import make_game
 
 ID = "Wordle-LLM-v0"
 
 
-def make(**kwargs: object) -> WordleEnv:
-    env = gym.make(ID, **kwargs).unwrapped
-    assert isinstance(env, WordleEnv)
-    return env
+make = partial(make_game, ID, WordleEnv)
 
 
 def with_answer(word: str, **kwargs: object) -> WordleEnv:
