@@ -1,6 +1,7 @@
 """How close the env manager gets to the ideal rollout rate, and its CPU cost per turn.
 
-Run:  .venv/bin/python benchmarks/bench_rollout.py [--episodes 1000] [--turns 10] [--concurrency 256] [--delay 0.05]
+Run:  .venv/bin/python benchmarks/bench_rollout.py [--episodes 1000] [--turns 10] [--concurrency 256]
+                                                   [--delay 0.05 0.5]
 
 A stub OpenAI server (its own process) answers every completion after a fixed
 delay with canned token ids; nothing else limits the rate, so the ideal is
@@ -10,6 +11,11 @@ rendered into ids as in a real run), every episode exactly ``--turns`` turns
 (the canned move is one the env rejects, so no episode ends early).
 "CPU per turn" is this process's CPU time (user + system) over all turns,
 after a short warm-up run (imports, template compilation) that is not counted.
+"1-core ceiling" is 1 / (CPU per turn): the most turns/s one event loop can
+drive at that cost. Where the ideal is above it (50 ms at concurrency 256 asks
+for 5,120 turns/s, five cores' worth at 1 ms a turn), the manager is CPU-bound
+and only more processes (Ray actors, issue 7) get closer; the slower delays
+show how near the ideal it comes when the CPU is not the limit.
 Targets (issue 3): at least 90% of ideal, under 1 ms CPU per turn.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import platform
 import time
 
@@ -43,18 +50,11 @@ async def play(base_url: str, renderer: ChatRenderer, args: argparse.Namespace) 
     return sum(row.num_turns for row in rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--turns", type=int, default=10)
-    parser.add_argument("--concurrency", type=int, default=256)
-    parser.add_argument("--delay", type=float, default=0.05)
-    parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() the objects of the imports")
-    args = parser.parse_args()
-    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny")))
+def measure(renderer: ChatRenderer, args: argparse.Namespace, delay: float) -> str:
+    """One table row: the manager against a stub that answers after ``delay`` seconds."""
     ids = renderer.tokenizer.encode(_MOVE, add_special_tokens=False) + [renderer.eos_id]
-    with StubServer(delay=args.delay, completion_text=_MOVE, completion_ids=ids) as stub:
-        # Warm up (imports, template compilation) outside the measurement.
+    with StubServer(delay=delay, completion_text=_MOVE, completion_ids=ids) as stub:
+        # Warm up (imports, template compilation, the thread pool) outside the measurement.
         warm = argparse.Namespace(**{**vars(args), "episodes": 4, "concurrency": 4, "turns": 2})
         asyncio.run(play(stub.base_url, renderer, warm))
         if args.freeze_gc:
@@ -62,13 +62,29 @@ def main() -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         turns = asyncio.run(play(stub.base_url, renderer, args))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    ideal = args.concurrency / args.delay
-    print(f"# bench_rollout: {platform.machine()}, Python {platform.python_version()}, "
-          f"stub delay {args.delay * 1000:g} ms, concurrency {args.concurrency}\n")
-    print("| episodes | turns | wall s | turns/s | ideal turns/s | % of ideal | CPU ms per turn |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| {args.episodes} | {turns} | {wall:.1f} | {turns / wall:,.0f} | {ideal:,.0f} | "
-          f"{turns / wall / ideal:.0%} | {cpu / turns * 1000:.2f} |")
+    ideal = args.concurrency / delay
+    cpu_ms = cpu / turns * 1000
+    return (f"| {delay * 1000:g} | {args.episodes} | {turns} | {wall:.1f} | {turns / wall:,.0f} | "
+            f"{ideal:,.0f} | {turns / wall / ideal:.0%} | {cpu_ms:.2f} | {1000 / cpu_ms:,.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=1000)
+    parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=256)
+    parser.add_argument("--delay", type=float, nargs="+", default=[0.05, 0.5],
+                        help="stub latencies in seconds, one table row each")
+    parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() the objects of the imports")
+    args = parser.parse_args()
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny")))
+    rows = [measure(renderer, args, delay) for delay in args.delay]
+    print(f"# bench_rollout: {platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}, concurrency {args.concurrency}\n")
+    print("| stub delay ms | episodes | turns | wall s | turns/s | ideal turns/s | % of ideal "
+          "| CPU ms per turn | 1-core ceiling turns/s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

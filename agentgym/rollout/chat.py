@@ -37,15 +37,20 @@ class ChatRenderer:
             )
         self.tokenizer = tokenizer
         self.eos_id: int = tokenizer.eos_token_id
+        # A fast tokenizer's Rust core encodes one text without the batch machinery
+        # (a thread-pool hop per call) that ``tokenizer.encode`` goes through.
+        self._rust = getattr(tokenizer, "backend_tokenizer", None)
         self._base = self._render(self._probe(with_reply=False), generation_prompt=False)
         self._turn_suffix = self._after_last_eos(self._base)
         self._splice = self._splice_template()
 
     def _render(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False
+        # Render, then encode as apply_chat_template(tokenize=True) does (no special
+        # tokens added), through the quicker single-text path.
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False
         )
-        return list(ids)
+        return self._encode(text)
 
     @staticmethod
     def _probe(*, with_reply: bool, reply: str = "") -> list[dict[str, str]]:
@@ -96,6 +101,8 @@ class ChatRenderer:
         return before, after
 
     def _encode(self, text: str) -> list[int]:
+        if self._rust is not None:
+            return self._rust.encode(text, add_special_tokens=False).ids
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def reply_ids(self, observation: str) -> list[int]:

@@ -6,6 +6,12 @@ token ids as the prompt of ``/v1/completions`` with vLLM's
 (vLLM and ``agentgym serve`` both speak it). :meth:`OpenAIPolicy.complete_chat`
 serves APIs that return no ids (the manager then retokenizes and flags it).
 
+The token path is the hot loop of every rollout, so it posts the JSON itself
+over one pooled ``aiohttp`` session instead of going through the ``openai``
+SDK: measured on two cores, the SDK and its httpx transport cost about 4 ms of
+CPU per request, four times the manager's whole budget for a turn
+(``benchmarks/bench_rollout.py``). Chat mode keeps the ``openai`` client.
+
 Requests have a timeout, share a bounded connection pool, and are retried
 with exponential backoff on what may pass (connection errors, timeouts,
 429 and 5xx answers); a 4xx answer is a bug in the request and is not retried.
@@ -14,24 +20,28 @@ with exponential backoff on what may pass (connection errors, timeouts,
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
-import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp
 import httpx2
 import openai
-from openai.types import Completion
+import orjson
+from yarl import URL
 
 from agentgym.errors import ServerRequestError
 
 __all__ = ["Generation", "OpenAIPolicy", "SamplingConfig"]
 
-_CONNECTIONS_PER_CLIENT = 2
-_RETRYABLE = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
-              openai.InternalServerError)
+_T = TypeVar("_T")
+_RETRYABLE_SDK = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
+                  openai.InternalServerError)
+_RETRYABLE_HTTP = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+class _Retryable(Exception):
+    """A failed attempt worth repeating (429, 5xx, a dropped or timed-out connection)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,30 +89,20 @@ class OpenAIPolicy:
         backoff: float = 0.5,
         max_backoff: float = 10.0,
     ) -> None:
+        self.base_url = base_url.rstrip("/")
+        # Parsed once: aiohttp would parse a str URL again on every request.
+        self._completions_url = URL(self.base_url + "/completions")
         self.model = model
+        self.api_key = api_key
         self.sampling = sampling
+        self.timeout = timeout
+        self.max_connections = max_connections
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        # httpx's pool does work in proportion to its open connections on every
-        # request, so many concurrent episodes share several small pools instead.
-        shards = max(1, -(-max_connections // _CONNECTIONS_PER_CLIENT))
-        per_client = -(-max_connections // shards)
-        limits = httpx2.Limits(max_connections=per_client, max_keepalive_connections=per_client)
-        tls = ssl.create_default_context()  # one for all clients: each costs ~30 ms to build
-        self.clients = [
-            openai.AsyncOpenAI(
-                base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout,
-                http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout, verify=tls),
-            )
-            for _ in range(shards)
-        ]
-        self._next_client = itertools.cycle(self.clients)
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        """The client for the next request (round robin over the shards)."""
-        return next(self._next_client)
+        # Both made on first use, inside the event loop that uses them.
+        self._session: aiohttp.ClientSession | None = None
+        self._chat_client: openai.AsyncOpenAI | None = None
 
     async def complete_ids(
         self, prompt_ids: Sequence[int], *, max_tokens: int | None = None, seed: int | None = None
@@ -118,62 +118,93 @@ class OpenAIPolicy:
             body["seed"] = seed
         if self.sampling.stop:
             body["stop"] = list(self.sampling.stop)
-        # client.post with the JSON already encoded, rather than completions.create:
-        # the SDK walks a token-id prompt element by element (~30 ms for 1,000 ids)
-        # and deep-copies a dict body on every request.
-        client = self.client
-        response, attempts = await self._with_retries(
-            client.post, "/completions", content=json.dumps(body).encode(), cast_to=Completion,
-            options={"headers": {"Content-Type": "application/json"}},
-        )
-        choice = response.choices[0]
-        extra = choice.model_extra or {}
-        token_ids = extra.get("token_ids")
-        if token_ids is None:
+        content = orjson.dumps(body)  # ~20x faster than json for a long list of ids
+        response, attempts = await self._with_retries(lambda: self._post(self._completions_url, content))
+        return _generation(response, attempts)
+
+    async def _post(self, url: URL, content: bytes) -> dict[str, Any]:
+        """One POST; raises _Retryable for what may pass and ServerRequestError for the rest."""
+        session = self._http()
+        try:
+            async with session.post(url, data=content) as reply:
+                payload = await reply.read()
+                status = reply.status
+        except asyncio.TimeoutError as exc:
+            raise _Retryable(f"the request timed out: no answer within {self.timeout:g} s") from exc
+        except _RETRYABLE_HTTP as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc or 'the connection failed'}") from exc
+        if status == 429 or status >= 500:
+            raise _Retryable(f"server error {status}: {_error_message(payload)}")
+        if status >= 400:  # the request is wrong: retrying won't help
             raise ServerRequestError(
-                "The server returned no token ids: it does not support return_token_ids "
-                "(vLLM and `agentgym serve` do). Use --chat-mode for other servers."
+                f"the server refused the request ({status}): {_error_message(payload)}")
+        try:
+            return orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise ServerRequestError(f"the server answered {status} with a body that is not "
+                                     f"JSON: {payload[:200]!r}") from exc
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.max_connections),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                headers={"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"},
             )
-        logprobs = choice.logprobs.token_logprobs if choice.logprobs else None
-        return Generation(
-            text=choice.text, finish_reason=choice.finish_reason or "", token_ids=list(token_ids),
-            logprobs=[float(x) for x in logprobs] if logprobs else [0.0] * len(token_ids),
-            prompt_ids=extra.get("prompt_token_ids") or (response.model_extra or {}).get("prompt_token_ids"),
-            policy_version=_policy_version(response), attempts=attempts,
-        )
+        return self._session
 
     async def complete_chat(
         self, messages: list[dict[str, str]], *, max_tokens: int | None = None, seed: int | None = None
     ) -> Generation:
         """Sample one turn with chat completions (for servers that return no ids)."""
-        client = self.client
-        response, attempts = await self._with_retries(
-            client.chat.completions.create,
-            model=self.model, messages=messages, max_tokens=max_tokens or self.sampling.max_tokens,
-            temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=seed,
-            stop=list(self.sampling.stop) or None,
-        )
-        choice = response.choices[0]
-        return Generation(text=choice.message.content or "", finish_reason=choice.finish_reason or "",
-                          policy_version=_policy_version(response), attempts=attempts)
+        client = self._chat()
 
-    async def _with_retries(self, call: Any, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+        async def create() -> Any:
+            try:
+                return await client.chat.completions.create(
+                    model=self.model, messages=messages,  # type: ignore[arg-type]
+                    max_tokens=max_tokens or self.sampling.max_tokens,
+                    temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=seed,
+                    stop=list(self.sampling.stop) or None,
+                )
+            except _RETRYABLE_SDK as exc:
+                raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+            except openai.APIStatusError as exc:  # 4xx: the request is wrong
+                raise ServerRequestError(
+                    f"the server refused the request ({exc.status_code}): {exc}") from exc
+
+        response, attempts = await self._with_retries(create)
+        choice = response.choices[0]
+        version = (response.model_extra or {}).get("policy_version")
+        return Generation(text=choice.message.content or "", finish_reason=choice.finish_reason or "",
+                          policy_version=int(version) if version is not None else None,
+                          attempts=attempts)
+
+    def _chat(self) -> openai.AsyncOpenAI:
+        if self._chat_client is None:
+            self._chat_client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout,
+                http_client=openai.DefaultAsyncHttpxClient(
+                    limits=httpx2.Limits(max_connections=self.max_connections), timeout=self.timeout),
+            )
+        return self._chat_client
+
+    async def _with_retries(self, attempt_once: Callable[[], Awaitable[_T]]) -> tuple[_T, int]:
+        """Run ``attempt_once`` until it succeeds, backing off between retryable failures."""
         for attempt in range(1, self.retries + 2):
             try:
-                return await call(*args, **kwargs), attempt
-            except _RETRYABLE as exc:
+                return await attempt_once(), attempt
+            except _Retryable as exc:
                 if attempt > self.retries:
-                    raise ServerRequestError(
-                        f"{type(exc).__name__} after {attempt} attempts: {exc}"
-                    ) from exc
+                    raise ServerRequestError(f"{exc} (after {attempt} attempts)") from exc
                 await asyncio.sleep(min(self.backoff * 2 ** (attempt - 1), self.max_backoff))
-            except openai.APIStatusError as exc:  # 4xx: the request is wrong, retrying won't help
-                raise ServerRequestError(f"the server refused the request ({exc.status_code}): {exc}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
-        for client in self.clients:
-            await client.close()
+        if self._session is not None:
+            await self._session.close()
+        if self._chat_client is not None:
+            await self._chat_client.close()
 
     async def __aenter__(self) -> OpenAIPolicy:
         return self
@@ -182,6 +213,34 @@ class OpenAIPolicy:
         await self.aclose()
 
 
-def _policy_version(response: Any) -> int | None:
-    version = (response.model_extra or {}).get("policy_version")
-    return int(version) if version is not None else None
+def _generation(response: dict[str, Any], attempts: int) -> Generation:
+    """A Generation from a ``/v1/completions`` answer with vLLM's token-id fields."""
+    try:
+        choice = response["choices"][0]
+        token_ids = choice.get("token_ids")
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise ServerRequestError(f"the server's answer has no choices: {str(response)[:200]}") from exc
+    if token_ids is None:
+        raise ServerRequestError(
+            "The server returned no token ids: it does not support return_token_ids "
+            "(vLLM and `agentgym serve` do). Use --chat-mode for other servers."
+        )
+    logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+    version = response.get("policy_version")
+    return Generation(
+        text=choice.get("text") or "", finish_reason=choice.get("finish_reason") or "",
+        token_ids=list(token_ids),
+        logprobs=[float(x) for x in logprobs] if logprobs else [0.0] * len(token_ids),
+        prompt_ids=choice.get("prompt_token_ids") or response.get("prompt_token_ids"),
+        policy_version=int(version) if version is not None else None, attempts=attempts,
+    )
+
+
+def _error_message(payload: bytes) -> str:
+    """The ``error.message`` of an OpenAI-style error body, or the start of the raw body."""
+    try:
+        error = orjson.loads(payload).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+    except (orjson.JSONDecodeError, AttributeError):
+        message = None
+    return str(message) if message else payload[:200].decode("utf-8", "replace")

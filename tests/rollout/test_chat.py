@@ -46,11 +46,11 @@ class _RewritingTemplate:
     chat_template = "x"
     eos_token_id = 9
 
-    def apply_chat_template(self, messages, add_generation_prompt, tokenize, return_dict=False):  # noqa: ANN001
-        return [len(messages)] * 3 + [9] if tokenize else "text"
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):  # noqa: ANN001
+        return str(len(messages)) * 3 + "E"  # every turn count renders all turns anew
 
     def encode(self, text, add_special_tokens):  # noqa: ANN001
-        return [1]
+        return [9 if char == "E" else int(char) for char in text]
 
 
 def test_a_tokenizer_without_a_template_is_refused() -> None:
