@@ -1,0 +1,139 @@
+"""The shared RL arithmetic, against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.trainers.algorithms import (
+    LossConfig,
+    group_advantages,
+    importance_weights,
+    kl_k3,
+    masked_mean,
+    policy_loss,
+    zero_variance_groups,
+)
+
+# Two groups of 4: rewards [1, 0, 0, 1] (mean 0.5, sample std sqrt(1/3)) and [2, 2, 2, 2].
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+STD = math.sqrt(1 / 3)
+
+
+def test_grpo_scales_by_the_groups_sample_std() -> None:
+    advantages = group_advantages(REWARDS, 4, "grpo", eps=0.0)
+    expected = [0.5 / STD, -0.5 / STD, -0.5 / STD, 0.5 / STD]
+    assert advantages[:4].tolist() == pytest.approx(expected)
+    # A group where all did the same: zero advantage, not a division by zero.
+    assert group_advantages(REWARDS, 4, "grpo")[4:].tolist() == [0.0] * 4
+
+
+def test_dr_grpo_and_no_std_only_center() -> None:
+    for method in ("dr_grpo", "grpo_no_std"):
+        assert group_advantages(REWARDS, 4, method).tolist() == [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]
+
+
+def test_rloo_subtracts_the_mean_of_the_others() -> None:
+    # First sample: 1 - mean(0, 0, 1) = 2/3; second: 0 - mean(1, 0, 1) = -2/3.
+    advantages = group_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), 4, "rloo")
+    assert advantages.tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+
+
+def test_rewards_must_come_in_whole_groups() -> None:
+    with pytest.raises(ConfigError, match="5 rewards do not split into groups of 4"):
+        group_advantages(torch.ones(5), 4)
+    with pytest.raises(ConfigError, match="Unknown advantage method 'ppo'"):
+        group_advantages(torch.ones(4), 4, "ppo")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="rloo needs group_size >= 2"):
+        group_advantages(torch.ones(4), 1, "rloo")
+
+
+def test_zero_variance_groups_are_flagged_per_sequence() -> None:
+    assert zero_variance_groups(REWARDS, 4).tolist() == [False] * 4 + [True] * 4
+
+
+def test_masked_mean_ignores_masked_tokens_and_never_divides_by_zero() -> None:
+    values = torch.tensor([[1.0, 100.0], [3.0, 5.0]])
+    assert masked_mean(values, torch.tensor([[1, 0], [1, 1]])).item() == pytest.approx(3.0)
+    assert masked_mean(values, torch.zeros(2, 2)).item() == 0.0
+    assert masked_mean(values, torch.tensor([[1, 0], [1, 1]]), dim=-1).tolist() == [1.0, 4.0]
+
+
+def test_k3_kl_matches_its_formula_and_is_zero_on_equal_policies() -> None:
+    logp, ref = torch.tensor([-1.0]), torch.tensor([-2.0])
+    assert kl_k3(logp, ref).item() == pytest.approx(math.exp(-1) + 1 - 1)
+    assert kl_k3(ref, ref).item() == 0.0
+
+
+def test_on_policy_loss_is_minus_the_mean_advantage_over_sampled_tokens() -> None:
+    # ratio 1 everywhere: loss = -mean over sampled tokens of A.
+    logp = torch.zeros(2, 3, requires_grad=True)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    out = policy_loss(logp, logp.detach(), torch.tensor([1.0, -2.0]), mask)
+    assert out.loss.item() == pytest.approx(-(1 + 1 - 2) / 3)
+    out.loss.backward()
+    # d loss / d logp = -A / n_tokens on sampled tokens, 0 elsewhere (env tokens get no gradient).
+    assert torch.allclose(logp.grad, torch.tensor([[-1 / 3, -1 / 3, 0], [2 / 3, 0, 0]]))
+    assert out.metrics["tokens"] == 3 and out.metrics["clip_fraction"] == 0.0
+
+
+def test_the_ratio_is_clipped_on_the_side_the_advantage_favours() -> None:
+    old = torch.zeros(1, 2)
+    logp = torch.log(torch.tensor([[1.5, 0.5]])).requires_grad_()
+    # A > 0: ratio 1.5 clips to 1.2 (no gradient); ratio 0.5 is kept (min picks it).
+    out = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(clip_low=0.2, clip_high=0.2))
+    assert out.loss.item() == pytest.approx(-(1.2 + 0.5) / 2)
+    out.loss.backward()
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.5 / 2]]))
+    assert out.metrics["clip_fraction"] == 0.5
+
+
+def test_sequence_mean_and_constant_sum_aggregations() -> None:
+    logp = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    adv = torch.tensor([1.0, -2.0])
+    seq = policy_loss(logp, logp, adv, mask, LossConfig(aggregation="sequence_mean"))
+    assert seq.loss.item() == pytest.approx(-(1.0 + -2.0) / 2)
+    dr = policy_loss(logp, logp, adv, mask, LossConfig(aggregation="constant_sum", max_tokens=10))
+    assert dr.loss.item() == pytest.approx(-(1 + 1 - 2) / (10 * 2))
+
+
+def test_truncated_importance_weights_cap_the_ratio() -> None:
+    old = torch.log(torch.tensor([[0.5, 0.5]]))
+    rollout = torch.log(torch.tensor([[0.1, 0.4]]))  # ratios 5 and 1.25
+    mask = torch.ones(1, 2)
+    truncated = importance_weights(old, rollout, mask, mode="truncate", cap=2.0)
+    assert torch.allclose(truncated, torch.tensor([[2.0, 1.25]]))
+    assert importance_weights(old, rollout, mask, mode="mask", cap=2.0).tolist() == [[0.0, 1.0]]
+    # Sequence level: the product 5 * 1.25 = 6.25, over the cap for every token.
+    assert importance_weights(old, rollout, mask, mode="mask", level="sequence").tolist() == [[0.0, 0.0]]
+    assert importance_weights(old, rollout, mask, mode="none").tolist() == [[1.0, 1.0]]
+
+
+def test_importance_weights_scale_the_loss() -> None:
+    logp = torch.zeros(1, 2)
+    rollout = torch.log(torch.tensor([[0.25, 1.0]]))  # ratios exp(0)/0.25 = 4 -> capped 2, and 1
+    out = policy_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2), LossConfig(correction_cap=2.0),
+                      rollout_logprobs=rollout)
+    assert out.loss.item() == pytest.approx(-(2.0 + 1.0) / 2)
+    assert out.metrics["is_weight_mean"] == pytest.approx(1.5)
+
+
+def test_kl_penalty_needs_and_uses_the_reference() -> None:
+    logp, ref = torch.zeros(1, 1), torch.full((1, 1), -1.0)
+    with pytest.raises(ConfigError, match="needs ref_logprobs"):
+        policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), LossConfig(kl_coef=0.1))
+    out = policy_loss(logp, logp, torch.tensor([0.0]), torch.ones(1, 1), LossConfig(kl_coef=0.1),
+                      ref_logprobs=ref)
+    assert out.loss.item() == pytest.approx(0.1 * math.exp(-1))
+    assert out.metrics["kl"] == pytest.approx(math.exp(-1))
+
+
+def test_bad_loss_settings_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="aggregation must be"):
+        LossConfig(aggregation="mean")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="clip_low and clip_high must be >= 0"):
+        LossConfig(clip_low=-0.1)

@@ -1,0 +1,228 @@
+"""The RL arithmetic both backends share: group advantages and the clipped token-level loss.
+
+Pure functions of tensors, so each is tested against numbers worked out by hand
+and the TRL and FSDP backends cannot drift apart.
+
+Shapes: ``B`` sequences (a GRPO group is ``group_size`` consecutive ones), ``T``
+completion tokens per sequence, padded; ``mask`` is 1 on the tokens the policy
+sampled (env replies and padding are 0 and carry no loss).
+
+Departures from the papers, on purpose:
+- GRPO scales by the group's *sample* std (``correction=1``), as TRL does.
+- Dr. GRPO (Liu et al. 2025) drops the std and the per-sequence length
+  normalisation: the loss is summed over tokens and divided by a constant
+  (``max_tokens``), not by each sequence's length.
+- The importance-sampling correction (Yao et al. 2025, "Your efficient RL
+  framework secretly brings you off-policy RL training") reweights by
+  pi_old / pi_rollout, the gap between the trainer's and the server's
+  numerics; truncated (TIS) caps the weight, masked (MIS) drops the tokens
+  (or whole sequences) whose weight is over the cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from agentgym.errors import ConfigError
+
+__all__ = [
+    "AdvantageMethod",
+    "LossAggregation",
+    "LossConfig",
+    "LossOutput",
+    "group_advantages",
+    "importance_weights",
+    "kl_k3",
+    "masked_mean",
+    "policy_loss",
+    "zero_variance_groups",
+]
+
+AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo"]
+LossAggregation = Literal["token_mean", "sequence_mean", "constant_sum"]
+
+
+def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.dim() != 1:
+        raise ConfigError(f"rewards must be one value per sequence (1-D), got shape {tuple(rewards.shape)}.")
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ConfigError(
+            f"{rewards.numel()} rewards do not split into groups of {group_size}; "
+            "rows must come in whole groups (episodes_per_step a multiple of group_size)."
+        )
+    return rewards.view(-1, group_size)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, method: AdvantageMethod = "grpo",
+                     eps: float = 1e-4) -> torch.Tensor:
+    """One advantage per sequence, relative to the other sequences of its group.
+
+    - ``grpo``: (r - mean) / (std + eps)
+    - ``grpo_no_std`` and ``dr_grpo``: r - mean
+    - ``rloo``: r - mean of the *other* members (leave one out)
+    """
+    grouped = _grouped(rewards.float(), group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    if method == "grpo":
+        std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
+        advantages = (grouped - mean) / (std + eps)
+    elif method in ("grpo_no_std", "dr_grpo"):
+        advantages = grouped - mean
+    elif method == "rloo":
+        if group_size < 2:
+            raise ConfigError("rloo needs group_size >= 2: each sample's baseline is the others' mean.")
+        advantages = (grouped - mean) * group_size / (group_size - 1)
+    else:
+        raise ConfigError(f"Unknown advantage method {method!r}; use grpo, grpo_no_std, dr_grpo or rloo.")
+    return advantages.reshape(-1)
+
+
+def zero_variance_groups(rewards: torch.Tensor, group_size: int, atol: float = 1e-6) -> torch.Tensor:
+    """A bool per sequence: True where every member of its group got the same reward.
+
+    Such a group has zero advantage everywhere and only dilutes the batch
+    (DAPO's dynamic sampling drops it).
+    """
+    grouped = _grouped(rewards.float(), group_size)
+    spread = grouped.max(dim=1).values - grouped.min(dim=1).values
+    return (spread <= atol).repeat_interleave(group_size)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is 1 (0 when the mask is empty, never NaN)."""
+    mask = mask.to(values.dtype)
+    total = (values * mask).sum() if dim is None else (values * mask).sum(dim=dim)
+    count = mask.sum() if dim is None else mask.sum(dim=dim)
+    return total / count.clamp(min=1.0)
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) by Schulman's k3 estimator: exp(d) - d - 1 with d = ref - logp.
+
+    Unbiased, always >= 0, and low-variance; what GRPO and TRL use.
+    """
+    delta = ref_logprobs - logprobs
+    return torch.exp(delta) - delta - 1.0
+
+
+def importance_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor,
+                       *, mode: Literal["none", "truncate", "mask"] = "truncate",
+                       level: Literal["token", "sequence"] = "token", cap: float = 2.0) -> torch.Tensor:
+    """Weights that correct for the server sampling with slightly different numbers than the trainer.
+
+    ratio = pi_old / pi_rollout per token, or per sequence (the product over its
+    sampled tokens). ``truncate`` caps the weight at ``cap``; ``mask`` gives 0
+    where it is over ``cap``; ``none`` gives 1 everywhere. Never differentiated.
+    """
+    if mode == "none":
+        return torch.ones_like(old_logprobs)
+    if mode not in ("truncate", "mask"):
+        raise ConfigError(f"importance correction mode must be none, truncate or mask, got {mode!r}.")
+    log_ratio = (old_logprobs - rollout_logprobs).detach() * mask
+    if level == "sequence":
+        log_ratio = log_ratio.sum(dim=-1, keepdim=True).expand_as(old_logprobs)
+    elif level != "token":
+        raise ConfigError(f"importance correction level must be token or sequence, got {level!r}.")
+    ratio = torch.exp(log_ratio.clamp(max=20.0))  # exp(20) is already far past any cap
+    if mode == "truncate":
+        return ratio.clamp(max=cap)
+    return (ratio <= cap).to(old_logprobs.dtype)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """How the policy loss is computed."""
+
+    clip_low: float = 0.2
+    """PPO clip below 1: the ratio is kept within [1 - clip_low, ...]."""
+    clip_high: float = 0.2
+    """PPO clip above 1 (DAPO's clip-higher uses a larger value, e.g. 0.28)."""
+    aggregation: LossAggregation = "token_mean"
+    """token_mean: over every sampled token of the batch (DAPO, TRL's default);
+    sequence_mean: per sequence, then over sequences (the GRPO paper);
+    constant_sum: summed and divided by ``max_tokens`` (Dr. GRPO)."""
+    max_tokens: int = 1024
+    """The constant of ``constant_sum``."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the reference model (0: no reference needed)."""
+    correction: Literal["none", "truncate", "mask"] = "truncate"
+    """Importance-sampling correction against the rollout logprobs."""
+    correction_level: Literal["token", "sequence"] = "token"
+    correction_cap: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.clip_low < 0 or self.clip_high < 0:
+            raise ConfigError(f"clip_low and clip_high must be >= 0, got {self.clip_low}, {self.clip_high}.")
+        if self.aggregation not in ("token_mean", "sequence_mean", "constant_sum"):
+            raise ConfigError(f"aggregation must be token_mean, sequence_mean or constant_sum, "
+                              f"got {self.aggregation!r}.")
+        if self.max_tokens < 1 or self.kl_coef < 0 or self.correction_cap <= 0:
+            raise ConfigError("max_tokens must be >= 1, kl_coef >= 0 and correction_cap > 0.")
+
+
+@dataclass
+class LossOutput:
+    """The loss to backpropagate and what to log about it (detached floats)."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float]
+
+
+def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, config: LossConfig) -> torch.Tensor:
+    if config.aggregation == "token_mean":
+        return masked_mean(per_token, mask)
+    if config.aggregation == "sequence_mean":
+        has_tokens = mask.sum(dim=-1) > 0
+        per_sequence = masked_mean(per_token, mask, dim=-1)
+        return per_sequence[has_tokens].mean() if has_tokens.any() else per_token.sum() * 0.0
+    return (per_token * mask).sum() / (config.max_tokens * per_token.shape[0])
+
+
+def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, config: LossConfig = LossConfig(), *,
+                rollout_logprobs: torch.Tensor | None = None,
+                ref_logprobs: torch.Tensor | None = None) -> LossOutput:
+    """The clipped surrogate loss of PPO/GRPO over the policy's sampled tokens.
+
+    Args:
+        logprobs: [B, T] log pi_theta of the sampled tokens (differentiable).
+        old_logprobs: [B, T] log pi_old, the trainer's own numbers before this update.
+        advantages: [B] one per sequence (from :func:`group_advantages`).
+        mask: [B, T] 1 on policy-sampled tokens.
+        rollout_logprobs: [B, T] what the server reported when sampling; enables
+            the importance-sampling correction of ``config.correction``.
+        ref_logprobs: [B, T] the reference model's, needed when ``kl_coef > 0``.
+    """
+    mask = mask.to(logprobs.dtype)
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    weights = torch.ones_like(per_token)
+    if rollout_logprobs is not None:
+        weights = importance_weights(old_logprobs, rollout_logprobs, mask, mode=config.correction,
+                                     level=config.correction_level, cap=config.correction_cap)
+        per_token = per_token * weights
+    kl = torch.zeros_like(per_token)
+    if config.kl_coef > 0:
+        if ref_logprobs is None:
+            raise ConfigError("kl_coef > 0 needs ref_logprobs (a reference model's logprobs).")
+        kl = kl_k3(logprobs, ref_logprobs.detach())
+        per_token = per_token + config.kl_coef * kl
+    loss = _aggregate(per_token, mask, config)
+    with torch.no_grad():
+        # Clipped where the min takes the flat, gradient-free side (as TRL counts it).
+        is_clipped = (((ratio < 1.0 - config.clip_low) & (adv < 0))
+                      | ((ratio > 1.0 + config.clip_high) & (adv > 0))).to(mask.dtype)
+        metrics = {
+            "clip_fraction": masked_mean(is_clipped, mask).item(),
+            "ratio_mean": masked_mean(ratio, mask).item(),
+            "kl": masked_mean(kl, mask).item(),
+            "is_weight_mean": masked_mean(weights, mask).item(),
+            "tokens": mask.sum().item(),
+        }
+    return LossOutput(loss=loss, metrics=metrics)
