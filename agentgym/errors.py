@@ -13,6 +13,12 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
     │   └── ServerRequestError a request to the model server failed (after its retries)
     ├── ServerStartError       a model server agentgym launched exited or did not answer in time
     ├── WeightSyncError        a running model server did not take the new weights
+    ├── SandboxError           the sandbox itself failed (never the untrusted code it ran)
+    │   └── SandboxUnavailable no engine, no image, or no such backend here ("run agentgym sandbox build")
+    ├── ToolInputError         raised inside a tool for input the agent got wrong; Tool.call returns it as text
+    ├── MissingDependencyError an optional package is not installed (the message names the extra)
+    ├── BrowserError           a web page could not be fetched, or a browser backend could not start
+    ├── JudgeError             an LLM judge's server refused or kept failing a request
     └── ServeError             the built-in server refused a request (HTTP status, param)
         ├── InvalidRequestError  a field of the request is invalid (400)
         │   ├── ModelNotFoundError   no model or adapter is served under that name (404)
@@ -35,18 +41,24 @@ __all__ = [
     "AgentGymError",
     "AgentGymWarning",
     "AuthenticationError",
+    "BrowserError",
     "ConfigError",
     "DuplicateEnvError",
     "EnvUsageError",
     "InvalidRequestError",
+    "JudgeError",
+    "MissingDependencyError",
     "ModelNotFoundError",
     "PluginLoadWarning",
     "PolicyError",
     "RegistryError",
     "ResetNeeded",
+    "SandboxError",
+    "SandboxUnavailable",
     "ServeError",
     "ServerRequestError",
     "ServerStartError",
+    "ToolInputError",
     "UnknownEnvError",
     "UnsupportedError",
     "WeightLoadError",
@@ -107,6 +119,50 @@ class ServerStartError(AgentGymError, RuntimeError):
 
 class WeightSyncError(AgentGymError, RuntimeError):
     """A running model server did not take new weights (the call failed or was refused)."""
+
+
+class SandboxError(AgentGymError, RuntimeError):
+    """The sandbox infrastructure failed (engine gone, container lost, runner broken).
+
+    Code that misbehaves inside the sandbox never raises this: it gets an
+    ``ExecResult`` with its exit code, ``timed_out`` or ``oom`` set.
+    """
+
+
+class SandboxUnavailable(SandboxError):
+    """A sandbox backend cannot run here: no Docker engine, no image, no bubblewrap.
+
+    The message says what is missing and the command that fixes it.
+    """
+
+
+class ToolInputError(AgentGymError, ValueError):
+    """A tool was called with input it cannot use (an empty query, a page it has no link to).
+
+    A tool's ``run`` raises it; :meth:`agentgym.tools.Tool.call` catches it and
+    returns ``"Error: <message>"`` to the agent, so it never reaches the caller.
+    """
+
+
+class BrowserError(AgentGymError):
+    """A web page could not be fetched (refused, timed out, a host not allowed, too many
+    redirects), or a browser backend (headless Chromium) could not start.
+
+    The browser tool turns it into ``"Error: ..."`` text for the agent.
+    """
+
+
+class MissingDependencyError(AgentGymError, ImportError):
+    """An optional package that this feature needs is not installed.
+
+    The message names the package and the command that installs it, e.g.
+    ``pip install 'agentgym[math]'``.
+    """
+
+
+class JudgeError(AgentGymError, RuntimeError):
+    """An LLM judge could not score: its server refused the request (wrong model,
+    key or URL) or kept failing after the judge's retries."""
 
 
 class ServeError(AgentGymError):
