@@ -59,7 +59,7 @@ def play_episode(env: gym.Env, policy: Policy, *, seed: int | None = None) -> Ep
     record = EpisodeRecord(
         env_id=env.spec.id if env.spec else type(game).__name__,
         seed=seed,
-        instructions=game.instructions,
+        instructions=env.get_wrapper_attr("instructions"),  # a wrapper may extend them (tools)
         first_observation=observation,
     )
     while not (record.terminated or record.truncated):

@@ -1,0 +1,126 @@
+"""The python tool: run a block of code in the sandbox and read what it printed.
+
+    tool = PythonTool()                                  # the process's shared sandbox
+    tool.call(code="print(sum(range(10)))")              # '45'
+    tool.call(code="while True: pass")                   # '[timed out after 10s]'
+
+Each call is a fresh program: variables and files do not carry over between
+calls (the sandbox wipes its work dir), which the tool's description tells the
+agent. The code runs with the sandbox's limits; ``timeout`` shortens the wall
+clock of one call.
+
+Which sandbox: the one given, or else one shared by every python tool of the
+process, opened with :func:`agentgym.sandbox.open_sandbox` on first use (Docker
+when the engine and image are there, else the local fallback) and closed at
+interpreter exit or by :func:`close_shared_sandbox`. Sharing matters because
+the rollout manager builds one env per episode: a Docker pool per episode
+would start containers for every episode.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING, Any
+
+from agentgym.core import check_number
+from agentgym.tools.base import Tool
+from agentgym.tools.calls import strip_code_fence
+
+if TYPE_CHECKING:
+    from agentgym.sandbox import ExecResult, Sandbox
+
+__all__ = ["PythonTool", "close_shared_sandbox", "format_result", "shared_sandbox"]
+
+_shared: Sandbox | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_sandbox() -> Sandbox:
+    """The sandbox python tools use when given none: opened on first use, closed at exit."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            from agentgym.sandbox import open_sandbox  # the sandbox pillar loads only when used
+
+            _shared = open_sandbox()
+            atexit.register(close_shared_sandbox)
+        return _shared
+
+
+def close_shared_sandbox() -> None:
+    """Close the shared sandbox, if one is open; the next call opens a new one."""
+    global _shared
+    with _shared_lock:
+        sandbox, _shared = _shared, None
+    if sandbox is not None:
+        sandbox.close()
+
+
+def format_result(result: ExecResult, timeout: float) -> str:
+    """What the agent reads of a run: stdout, stderr, then how the run ended when not cleanly."""
+    parts = []
+    if result.stdout:
+        parts.append(result.stdout.rstrip("\n"))
+    if result.stderr:
+        parts.append("[stderr]\n" + result.stderr.rstrip("\n"))
+    if result.timed_out:
+        parts.append(f"[timed out after {timeout:g}s]")
+    elif result.oom:
+        parts.append("[out of memory: the program went over its memory limit]")
+    elif result.exit_code is None:
+        parts.append("[killed before it exited]")
+    elif result.exit_code != 0:
+        parts.append(f"[exit status {result.exit_code}]")
+    if result.truncated:
+        parts.append("[output truncated: print less]")
+    if not parts:
+        return "[no output: print() the values you want to see]"
+    return "\n".join(parts)
+
+
+class PythonTool(Tool):
+    """Run Python 3 code in a sandbox; the output is what the code printed.
+
+    Args:
+        sandbox: where the code runs; its owner closes it. None: the shared
+            sandbox (see :func:`shared_sandbox`).
+        timeout: wall-clock seconds of one call; None: the sandbox's limit.
+    """
+
+    name = "python"
+    description = (
+        "Run Python 3 code and get back what it prints (stdout, then stderr). "
+        "Each call is a new program: variables and files do not carry over, so "
+        "print() every value you need. No network."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "the Python 3 program to run"},
+        },
+        "required": ["code"],
+    }
+    tag_argument = "code"
+
+    def __init__(self, sandbox: Sandbox | None = None, *, timeout: float | None = None) -> None:
+        if timeout is not None:
+            check_number("timeout", timeout, minimum=0.001, integer=False)
+        self.sandbox = sandbox
+        self.timeout = timeout
+
+    def _sandbox(self) -> Sandbox:
+        return self.sandbox if self.sandbox is not None else shared_sandbox()
+
+    def _timeout(self, sandbox: Sandbox) -> float:
+        return self.timeout if self.timeout is not None else sandbox.limits.timeout
+
+    def run(self, *, code: str) -> str:  # type: ignore[override]
+        sandbox = self._sandbox()
+        result = sandbox.run(strip_code_fence(code), language="python", timeout=self.timeout)
+        return format_result(result, self._timeout(sandbox))
+
+    async def arun(self, *, code: str) -> str:  # type: ignore[override]
+        sandbox = self._sandbox()
+        result = await sandbox.arun(strip_code_fence(code), language="python", timeout=self.timeout)
+        return format_result(result, self._timeout(sandbox))

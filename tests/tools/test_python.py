@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from agentgym.errors import ConfigError, SandboxUnavailable
+from agentgym.sandbox import DockerSandbox, ExecResult, Limits, LocalSandbox, Sandbox
+from agentgym.tools import PythonTool, ToolWrapper
+from agentgym.tools.python import close_shared_sandbox, format_result, shared_sandbox
+from fakes import EchoEnv
+
+
+@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """Each backend in turn: the python tool must read the same on both."""
+    limits = Limits(timeout=20, memory_mb=256)
+    if request.param == "local":
+        box: Sandbox = LocalSandbox(limits)
+    else:
+        try:
+            box = DockerSandbox(limits, pool_size=2)
+        except SandboxUnavailable as exc:
+            pytest.skip(f"no Docker sandbox here: {exc}")
+    with box:
+        yield box
+
+
+@pytest.mark.parametrize(("result", "expected"), [
+    (ExecResult("42\n", "", 0), "42"),
+    (ExecResult("a\n", "Traceback ...\nZeroDivisionError: division by zero\n", 1),
+     "a\n[stderr]\nTraceback ...\nZeroDivisionError: division by zero\n[exit status 1]"),
+    (ExecResult("", "", None, timed_out=True), "[timed out after 5s]"),
+    (ExecResult("", "MemoryError\n", None, oom=True),
+     "[stderr]\nMemoryError\n[out of memory: the program went over its memory limit]"),
+    (ExecResult("", "", None), "[killed before it exited]"),
+    (ExecResult("xxx\n[cut]", "", 0, truncated=True), "xxx\n[cut]\n[output truncated: print less]"),
+    (ExecResult("", "", 0), "[no output: print() the values you want to see]"),
+])
+def test_format_result_says_how_the_run_ended(result: ExecResult, expected: str) -> None:
+    assert format_result(result, timeout=5) == expected
+
+
+def test_runs_code_and_returns_its_output(sandbox: Sandbox) -> None:
+    tool = PythonTool(sandbox)
+    assert tool.call(code="print(sum(range(10)))") == "45"
+    assert tool.call(code="```python\nimport math\nprint(math.factorial(5))\n```") == "120"
+    assert asyncio.run(tool.acall(code="print('async')")) == "async"
+
+
+def test_an_error_in_the_code_is_output_not_an_exception(sandbox: Sandbox) -> None:
+    output = PythonTool(sandbox).call(code="x = 1\nprint(x)\n1 / 0")
+    assert output.startswith("1\n[stderr]\nTraceback (most recent call last):")
+    assert output.endswith("ZeroDivisionError: division by zero\n[exit status 1]")
+
+
+def test_a_loop_times_out_after_the_tools_timeout(sandbox: Sandbox) -> None:
+    assert PythonTool(sandbox, timeout=1).call(code="while True: pass") == "[timed out after 1s]"
+
+
+def test_memory_and_output_bombs_end_as_text(sandbox: Sandbox) -> None:
+    tool = PythonTool(sandbox)
+    assert "[out of memory" in tool.call(code="x = bytearray(2 * 1024**3)")
+    assert tool.call(code="print('x' * 10_000_000)").endswith("[output truncated: print less]")
+
+
+def test_calls_do_not_share_state(sandbox: Sandbox) -> None:
+    tool = PythonTool(sandbox)
+    tool.call(code="open('note.txt', 'w').write('hi')\nsecret = 1")
+    assert "FileNotFoundError" in tool.call(code="print(open('note.txt').read())")
+    assert "NameError" in tool.call(code="print(secret)")
+
+
+def test_bad_arguments_and_settings() -> None:
+    output = PythonTool(LocalSandbox()).call(source="print(1)")
+    assert output == "Error: python got an unknown argument 'source'; its arguments are: 'code'."
+    with pytest.raises(ConfigError, match="timeout must be at least 0.001"):
+        PythonTool(timeout=0)
+
+
+def test_the_wrapper_runs_python_in_the_sandbox(sandbox: Sandbox) -> None:
+    env = ToolWrapper(EchoEnv(), [PythonTool(sandbox)])
+    env.reset(seed=0)
+    observation, reward, terminated, _, info = env.step("<python>print(2 ** 10)</python>")
+    assert observation == '<tool_response name="python">\n1024\n</tool_response>'
+    assert (reward, terminated, info["tool_calls"]) == (0.0, False, 1)
+    env.close()
+    assert sandbox.run("print(1)").stdout == "1\n"  # the wrapper does not close a sandbox it was given
+
+
+def test_without_a_sandbox_the_tools_share_one() -> None:
+    try:
+        first = shared_sandbox()
+        assert isinstance(first, Sandbox) and shared_sandbox() is first
+        assert PythonTool().call(code="print('shared')") == "shared"
+        close_shared_sandbox()
+        assert shared_sandbox() is not first
+    finally:
+        close_shared_sandbox()
