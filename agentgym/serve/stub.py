@@ -3,7 +3,8 @@
 For tests and benchmarks where the point is the client side (the env manager)
 rather than a model: it answers ``POST /v1/completions`` after ``delay``
 seconds with ``completion_ids`` as ``token_ids`` (vLLM's extension) and
-logprobs, and can fail every n-th request with a 500, hang it past any
+logprobs (``POST /v1/chat/completions`` with ``completion_text`` as the
+message), and can fail every n-th request with a 500, hang it past any
 client timeout, or drop its connection without a reply. Plain asyncio HTTP,
 so it costs far less CPU per request than the code it is used to measure.
 
@@ -68,6 +69,16 @@ def _completion_body(config: StubConfig, request: dict) -> bytes:
     return json.dumps(body).encode()
 
 
+def _chat_body(config: StubConfig, request: dict) -> bytes:
+    """A chat completion whose message is ``completion_text`` (for chat clients, e.g. a judge)."""
+    choice = {"index": 0, "finish_reason": "stop",
+              "message": {"role": "assistant", "content": config.completion_text}}
+    body = {"id": f"chatcmpl-{config.requests}", "object": "chat.completion",
+            "created": int(time.time()), "model": config.model, "choices": [choice],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}}
+    return json.dumps(body).encode()
+
+
 def _response(status: int, body: bytes) -> bytes:
     reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error"}.get(status, "Error")
     head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
@@ -110,6 +121,8 @@ async def _handle(config: StubConfig, reader: asyncio.StreamReader, writer: asyn
             if config.fail_every and number % config.fail_every == 0:
                 body = json.dumps({"error": {"message": "injected failure", "type": "server_error"}})
                 writer.write(_response(500, body.encode()))
+            elif path.endswith("/chat/completions"):
+                writer.write(_response(200, _chat_body(config, request)))
             else:
                 writer.write(_response(200, _completion_body(config, request)))
             await writer.drain()
