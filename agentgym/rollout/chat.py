@@ -79,12 +79,15 @@ class ChatRenderer:
         ending = [] if sampled and sampled[-1] == self.eos_id else [self.eos_id]
         return ending + self._turn_suffix
 
-    def _splice_template(self) -> tuple[str, str] | None:
-        """The rendered text around a reply, if splicing text reproduces the template exactly.
+    def _splice_template(self) -> tuple[str, str, list[int]] | None:
+        """How to encode a reply by splicing text, if that reproduces the template exactly.
 
-        Rendering the jinja template for every reply costs ~100 us; encoding
-        ``before + observation + after`` costs a fifth of that. It is used only
-        if it gives the very same ids as the template on awkward samples.
+        Rendering the jinja template for every reply costs ~100 us; encoding the
+        text around the reply costs a fraction of that. The text before the reply
+        is cut at its last special token (a tokenizer never merges across one), so
+        only the reply's own turn is encoded; the ids before the cut are the
+        ``head``. Used only if it gives the very same ids as the template on
+        awkward samples. Returns (text before the reply, after it, head ids).
         """
         marker = "\x00agentgym-reply\x00"
         text = self.tokenizer.apply_chat_template(
@@ -93,12 +96,22 @@ class ChatRenderer:
         if text.count(marker) != 1:
             return None
         before, after = text.split(marker)
+        cut = max((before.rfind(token) for token in self._special_texts()), default=-1)
+        head, before = (before[:cut], before[cut:]) if cut > 0 else ("", before)
+        head_ids = self._encode(head) if head else []
+        if head_ids != self._base[: len(head_ids)]:
+            return None
         samples = ["", " x ", "\nLevel:\n#P_O#\n", "héllo  wörld\t", "<answer>Up</answer>", "12 || 3"]
         for sample in samples:
             exact = self._render(self._probe(with_reply=True, reply=sample), generation_prompt=True)
-            if self._encode(before + sample + after) != exact:
+            if head_ids + self._encode(before + sample + after) != exact:
                 return None
-        return before, after
+        return before, after, head_ids
+
+    def _special_texts(self) -> list[str]:
+        """The text of every added (special) token, e.g. ``<|im_start|>``."""
+        added = getattr(self.tokenizer, "added_tokens_decoder", None) or {}
+        return [str(getattr(token, "content", token)) for token in added.values()]
 
     def _encode(self, text: str) -> list[int]:
         if self._rust is not None:
@@ -107,12 +120,12 @@ class ChatRenderer:
 
     def reply_ids(self, observation: str) -> list[int]:
         """Ids of the env's reply as the next user turn, up to the assistant header."""
-        base = self._base
         if self._splice is not None:
-            before, after = self._splice
-            full = self._encode(before + observation + after)
+            before, after, head_ids = self._splice
+            full, base = self._encode(before + observation + after), self._base[len(head_ids) :]
         else:
             full = self._render(self._probe(with_reply=True, reply=observation), generation_prompt=True)
+            base = self._base
         if full[: len(base)] != base:
             raise ConfigError(
                 "The chat template renders earlier turns differently once a turn is added "
