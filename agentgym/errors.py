@@ -6,7 +6,8 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
     ├── ConfigError            a value given by the user is out of range or inconsistent
     ├── RegistryError
     │   ├── UnknownEnvError    no env with that id ("did you mean ...")
-    │   └── DuplicateEnvError  an id registered twice with different entry points
+    │   ├── DuplicateEnvError  an id registered twice with different entry points
+    │   └── UnknownTrainerError  no trainer with that name ("did you mean ...")
     ├── EnvUsageError          the env was driven out of order or given a non-str action
     │   └── ResetNeeded        step() before reset(), or after the episode ended
     ├── PolicyError            a policy could not produce an action (e.g. a script ran out)
@@ -60,6 +61,7 @@ __all__ = [
     "ServerStartError",
     "ToolInputError",
     "UnknownEnvError",
+    "UnknownTrainerError",
     "UnsupportedError",
     "WeightLoadError",
     "WeightSyncError",
@@ -88,6 +90,16 @@ class UnknownEnvError(RegistryError, LookupError):
         super().__init__(
             f"No environment registered as {env_id!r}.{hint} Run `agentgym list` to see them all."
         )
+
+
+class UnknownTrainerError(RegistryError, LookupError):
+    """No trainer is registered under the requested name."""
+
+    def __init__(self, name: str, suggestions: list[str], known: list[str]) -> None:
+        self.name = name
+        self.suggestions = suggestions
+        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        super().__init__(f"No trainer registered as {name!r}.{hint} Registered: {', '.join(known)}.")
 
 
 class DuplicateEnvError(RegistryError):

@@ -15,12 +15,25 @@ import pkgutil
 import agentgym.cli
 import agentgym.models
 import agentgym.rollout
+import agentgym.envs.code
+import agentgym.envs.math
+import agentgym.envs.reasoning
+import agentgym.envs.retrieval
+import agentgym.envs.web
+import agentgym.rewards
+import agentgym.sandbox
 import agentgym.serve
+import agentgym.tools
+import agentgym.trainers
+import agentgym.trainers.fsdp
 
 _CORE = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.moves", "agentgym.parsing",
          "agentgym.registry", "agentgym.spaces", "agentgym.vector"]
 # Every module of the packages below, found rather than listed, so a new one is covered.
-_PACKAGES = [agentgym.cli, agentgym.models, agentgym.rollout, agentgym.serve]
+_PACKAGES = [agentgym.cli, agentgym.models, agentgym.rollout, agentgym.sandbox, agentgym.serve,
+             agentgym.tools,
+             agentgym.rewards, agentgym.envs.code, agentgym.envs.math, agentgym.envs.reasoning,
+             agentgym.envs.retrieval, agentgym.envs.web, agentgym.trainers, agentgym.trainers.fsdp]
 MODULES = _CORE + [
     info.name for package in _PACKAGES
     for info in pkgutil.iter_modules(package.__path__, package.__name__ + ".")

@@ -1,4 +1,5 @@
-"""The ``agentgym`` command: ``list``, ``play``, ``rollout``, ``view``, ``serve``.
+"""The ``agentgym`` command: ``list``, ``play``, ``rollout``, ``view``, ``serve``, ``sandbox``,
+``train``, ``report``.
 
 Each command lives in its own module; this one only assembles the app.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from agentgym.cli import envs_cmd, rollout_cmd, serve_cmd, view_cmd
+from agentgym.cli import envs_cmd, rollout_cmd, sandbox_cmd, serve_cmd, train_cmd, view_cmd
 
 __all__ = ["app", "main"]
 
@@ -23,6 +24,9 @@ app.command("play")(envs_cmd.play_command)
 app.command("rollout")(rollout_cmd.rollout_command)
 app.command("view")(view_cmd.view_command)
 app.command("serve")(serve_cmd.serve_command)
+app.add_typer(sandbox_cmd.app, name="sandbox")
+app.command("train")(train_cmd.train_command)
+app.command("report")(train_cmd.report_command)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,6 +57,9 @@ class RolloutConfig:
     seed: int = 0
     #: use chat completions and retokenize (for servers that return no token ids)
     chat_mode: bool = False
+    #: seed the server's sampler: each turn of each episode asks for its own seed drawn
+    #: from this one, so a rerun samples the same tokens (None: unseeded)
+    sampling_seed: int | None = None
 
     def __post_init__(self) -> None:
         env_info(self.env_id)  # "did you mean" for a misspelt id
@@ -272,12 +276,20 @@ class EnvManager:
             max_tokens = min(max_tokens, room)
         policy = self.policy
         if isinstance(policy, OpenAIPolicy):
+            seed = self._turn_seed(episode)
             if self.config.chat_mode:
                 messages = [message.model_dump() for message in episode.messages]
-                return await policy.complete_chat(messages, max_tokens=max_tokens)
-            return await policy.complete_ids(episode.context, max_tokens=max_tokens)
+                return await policy.complete_chat(messages, max_tokens=max_tokens, seed=seed)
+            return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed)
         text = policy.act(episode.messages[-1].content, env.unwrapped)
         return Generation(text=text, finish_reason="stop")
+
+    def _turn_seed(self, episode: _Episode) -> int | None:
+        """The sampling seed of the episode's next turn: distinct per (group seed, member, turn)."""
+        if self.config.sampling_seed is None:
+            return None
+        key = (self.config.sampling_seed, episode.seed, episode.index_in_group, len(episode.turn_rewards))
+        return zlib.crc32(repr(key).encode())
 
     def _record_generation(self, episode: _Episode, generation: Generation) -> None:
         episode.messages.append(Message(role="assistant", content=generation.text))

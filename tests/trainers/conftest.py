@@ -1,0 +1,40 @@
+"""Fixtures of the trainer tests: the tiny model's renderer and hand-made trajectory rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.rows import TrajectoryRow
+
+
+@pytest.fixture(scope="session")
+def tiny_renderer(tiny_model: str) -> ChatRenderer:
+    from transformers import AutoTokenizer
+
+    return ChatRenderer(AutoTokenizer.from_pretrained(tiny_model))
+
+
+RowFactory = Callable[..., TrajectoryRow]
+
+
+@pytest.fixture(scope="session")
+def make_row(tiny_renderer: ChatRenderer) -> RowFactory:
+    """A one-turn Bandit-like row: the answer's tokens sampled (mask 1), the turn's close not."""
+
+    def make(answer: str = "<answer>Dragon</answer>", *, reward: float = 1.0, group: int = 0, index: int = 0,
+             seed: int = 0, logprob: float = -0.5, version: int | None = 0, row_index: int = 0,
+             prompt: str = "Choose an arm.") -> TrajectoryRow:
+        sampled = tiny_renderer.tokenizer.encode(answer, add_special_tokens=False) + [tiny_renderer.eos_id]
+        close = tiny_renderer.close_turn_ids(sampled)
+        return TrajectoryRow(
+            episode_id=f"Bandit-LLM-v0/s{seed}/g{group}/e{index}", group_id=group, index_in_group=index,
+            row_index=row_index, env_id="Bandit-LLM-v0", seed=seed,
+            prompt_ids=tiny_renderer.prompt_ids("Pick the best arm.", prompt),
+            completion_ids=sampled + close, completion_mask=[1] * len(sampled) + [0] * len(close),
+            logprobs=[logprob] * len(sampled) + [0.0] * len(close), reward=reward, success=reward > 0.5,
+            num_turns=1, terminated=True, stop_reason="terminated", policy_version=version)
+
+    return make

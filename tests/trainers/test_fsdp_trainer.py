@@ -1,0 +1,175 @@
+"""The native trainer in one process: a step learns, accumulation changes nothing, checkpoints resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.fsdp import FSDPTrainer
+from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+
+BASE = TrainConfig(env_id="Bandit-LLM-v0", group_size=4, episodes_per_step=8, lr=1e-3, seed=0,
+                   lr_schedule="constant", pack_sequences=False, micro_batch_size=8)
+
+
+def _trainer(**changes: object) -> FSDPTrainer:
+    return FSDPTrainer(dataclasses.replace(BASE, **changes), device="cpu")
+
+
+def _rows(make_row) -> list:
+    """Two groups of four: Dragon pays, Phoenix does not, one unreadable answer."""
+    answers = ["<answer>Dragon</answer>", "<answer>Phoenix</answer>", "<answer>Dragon</answer>", "nonsense"]
+    rewards = [1.0, 0.3, 1.0, -0.1]
+    return [make_row(answer, reward=reward, group=group, index=i, seed=group, prompt=f"Task {group}.")
+            for group in range(2) for i, (answer, reward) in enumerate(zip(answers, rewards))]
+
+
+def _params(trainer: FSDPTrainer) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+
+
+def _logprob_of(trainer: FSDPTrainer, make_row, answer: str) -> float:
+    from agentgym.trainers.batch import collate, to_sequences
+
+    batch = collate(to_sequences([make_row(answer, prompt="Task 0.")], [1.0]), pack=False)
+    with torch.no_grad():
+        logprobs, _ = trainer.compute_logprobs(trainer.model, batch)
+    return float((logprobs * batch.loss_mask).sum())
+
+
+def test_a_step_makes_the_better_answer_likelier(make_row) -> None:
+    trainer = _trainer()
+    before = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
+    for _ in range(3):
+        metrics = trainer.train_step(_rows(make_row))
+    after = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
+    assert after > before + 1.0
+    assert trainer.version == 3 and trainer.optimizer_steps == 3
+    assert metrics["train_sequences"] == 8 and metrics["grad_norm"] > 0
+    assert metrics["loss_tokens"] == sum(sum(r.completion_mask) for r in _rows(make_row))
+    assert 0.0 <= metrics["clip_fraction"] <= 1.0 and metrics["entropy"] > 0
+
+
+def test_zero_variance_groups_teach_nothing(make_row) -> None:
+    trainer = _trainer()
+    before = _params(trainer)
+    same = [make_row(reward=0.3, index=i) for i in range(4)]
+    metrics = trainer.train_step(same)
+    assert metrics["train_sequences"] == 0 and metrics["filtered_groups_rows"] == 4
+    assert all(torch.equal(before[n], p) for n, p in _params(trainer).items())
+
+
+@pytest.mark.parametrize("changes", [
+    {"micro_batch_size": 1},  # eight micro-batches accumulated
+    {"micro_batch_size": 3},
+    {"pack_sequences": True, "micro_batch_tokens": 200},  # packed, several bins
+    {"aggregation": "sequence_mean", "micro_batch_size": 2},
+])
+def test_gradient_accumulation_and_packing_give_the_same_update(make_row, changes: dict) -> None:
+    reference = _trainer(**({"aggregation": changes["aggregation"]} if "aggregation" in changes else {}))
+    reference.train_step(_rows(make_row))
+    other = _trainer(**changes)
+    other.train_step(_rows(make_row))
+    expected = _params(reference)
+    for name, value in _params(other).items():
+        torch.testing.assert_close(value, expected[name], atol=2e-6, rtol=1e-4, msg=name)
+
+
+def test_clipping_and_mini_batches(make_row) -> None:
+    trainer = _trainer(mini_batches=2, epochs=2, max_grad_norm=1e-4)
+    metrics = trainer.train_step(_rows(make_row))
+    assert trainer.optimizer_steps == 4  # 2 mini-batches x 2 epochs
+    assert metrics["grad_norm"] > 1e-4  # measured before clipping
+    grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+    assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) <= 1e-4 * 1.001
+    # Later updates compare against the policy of the step's start: the ratio moves off 1.
+    assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-7)
+
+
+def test_kl_to_the_reference_is_logged(make_row) -> None:
+    trainer = _trainer(kl_coef=0.1, epochs=2)
+    metrics = trainer.train_step(_rows(make_row))
+    assert trainer.ref_model is not None and metrics["kl"] > 0
+
+
+def test_sft_step_lowers_the_loss(make_row) -> None:
+    trainer = _trainer()
+    rows = [make_row("<answer>Dragon</answer>", index=i) for i in range(4)]
+    first = trainer.sft_step(rows, lr=3e-3)["loss"]
+    for _ in range(5):
+        last = trainer.sft_step(rows, lr=3e-3)["loss"]
+    assert last < first * 0.7
+    assert trainer.scheduler.last_epoch == 0  # the warm-up leaves the RL schedule alone
+    assert trainer.optimizer.param_groups[0]["lr"] == BASE.lr
+
+
+def test_lr_schedule_warms_up_then_decays() -> None:
+    trainer = _trainer(lr_schedule="cosine", warmup_steps=2, steps=10, min_lr_ratio=0.1)
+    factors = [trainer._lr_factor(step) for step in range(12)]
+    assert factors[:2] == [0.5, 1.0]
+    assert factors[2] == pytest.approx(1.0) and factors[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in itertools.pairwise(factors[1:]))
+
+
+def test_checkpoint_resumes_exactly(make_row, tmp_path: Path) -> None:
+    rows = _rows(make_row)
+    straight = _trainer()
+    for _ in range(3):
+        straight.train_step(rows)
+
+    first = _trainer()
+    first.train_step(rows)
+    save_checkpoint(first, tmp_path, step=1, loop_state={"data_position": 7})
+    torch.manual_seed(12345)  # the checkpoint must restore the RNG, whatever happened since
+    second = _trainer()
+    state = load_checkpoint(second, latest_checkpoint(tmp_path))
+    assert state == {"step": 1, "data_position": 7}
+    assert second.version == 1
+    for _ in range(2):
+        second.train_step(rows)
+    expected = _params(straight)
+    for name, value in _params(second).items():
+        torch.testing.assert_close(value, expected[name], atol=0, rtol=0, msg=name)
+
+
+def test_old_checkpoints_are_pruned(make_row, tmp_path: Path) -> None:
+    trainer = _trainer()
+    for step in range(1, 5):
+        save_checkpoint(trainer, tmp_path, step=step, loop_state={}, keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000003", "step-000004"]
+
+
+def test_lora_trains_adapters_and_exports_merged_weights(make_row, tmp_path: Path, tiny_model: str) -> None:
+    pytest.importorskip("peft")
+    from transformers import AutoModelForCausalLM
+
+    trainer = _trainer(lora=True, lora_rank=4, lora_alpha=8, lr=1e-2)
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    for _ in range(2):
+        trainer.train_step(_rows(make_row))
+    weights = trainer.full_weights()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert set(weights) == set(base.state_dict())  # plain transformers names, LoRA merged in
+    reference = trainer.model.merge_and_unload().state_dict()
+    changed = [n for n in weights if not torch.equal(weights[n], base.state_dict()[n])]
+    assert changed
+    for name in changed:
+        torch.testing.assert_close(weights[name], reference[name], atol=1e-6, rtol=1e-5)
+
+
+def test_save_pretrained_writes_a_loadable_model(make_row, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    trainer = _trainer()
+    trainer.train_step(_rows(make_row))
+    folder = trainer.save_pretrained(tmp_path / "final")
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    for name, value in loaded.state_dict().items():
+        torch.testing.assert_close(value, trainer.model.state_dict()[name], atol=0, rtol=0, msg=name)
+    assert (folder / "tokenizer_config.json").exists()

@@ -1,0 +1,97 @@
+"""Metrics sinks (JSONL, TensorBoard) and the HTML report."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentgym.errors import ConfigError, MissingDependencyError
+from agentgym.rollout.rows import Message
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.metrics import MetricsLogger, read_jsonl, step_line
+from agentgym.trainers.report import render_report, svg_chart, write_report
+
+
+def _config(**changes: object) -> TrainConfig:
+    return TrainConfig(env_id="Bandit-LLM-v0", steps=5, **changes)
+
+
+def test_jsonl_has_one_record_per_step_and_resume_drops_later_ones(tmp_path: Path) -> None:
+    with MetricsLogger(tmp_path, _config()) as log:
+        for step in range(4):
+            log.log(step, {"success": step / 4, "reward": 0.1 * step, "loss": float("nan")})
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert records[2]["success"] == 0.5 and records[0]["loss"] is None  # NaN is not JSON: null
+    with (tmp_path / "metrics.jsonl").open("a") as file:
+        file.write('{"step": 4, "succ')  # a torn line from a crash
+    with MetricsLogger(tmp_path, _config(), start_step=2):
+        pass
+    assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1]
+
+
+def test_a_disabled_logger_writes_nothing(tmp_path: Path) -> None:
+    with MetricsLogger(tmp_path / "run", _config(), enabled=False) as log:
+        log.log(0, {"success": 1.0})
+    assert not (tmp_path / "run").exists()
+
+
+def test_tensorboard_events_are_written(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with MetricsLogger(tmp_path, _config(tensorboard=True)) as log:
+        for step in range(3):
+            log.log(step, {"success": step / 2, "time/train": 1.5})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("success")] == [0.0, 0.5, 1.0]
+
+
+def test_missing_wandb_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
+    with pytest.raises(MissingDependencyError, match=r"pip install 'agentgym\[wandb\]'"):
+        MetricsLogger(tmp_path, _config(wandb=True))
+
+
+def test_step_line_reads_well() -> None:
+    line = step_line(2, 40, {"reward": 0.5, "success": 0.875, "time/rollout": 1.25, "time/train": 2.0})
+    assert line == "step 3/40  reward 0.500  success 88%  (rollout 1.2s, train 2.0s)"
+
+
+def test_chart_is_inline_svg_with_the_points() -> None:
+    svg = svg_chart("Success", {"success": [(1, 0.5), (2, 0.75), (3, 1.0)]})
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert len(re.findall(r"[ML]\d", svg)) == 3
+    assert "no data" in svg_chart("Empty", {})
+
+
+def test_report_is_one_offline_page_with_curves_and_escaped_episodes(tmp_path: Path, make_row) -> None:
+    config = _config(out=str(tmp_path))
+    config.save_yaml(tmp_path / "config.yaml")
+    row = make_row().model_copy(update={"messages": [
+        Message(role="system", content="rules"), Message(role="user", content="Choose."),
+        Message(role="assistant", content="<script>alert(1)</script><answer>Dragon</answer>")]})
+    with MetricsLogger(tmp_path, config) as log:
+        for step in range(3):
+            log.log(step, {"success": 0.5 + step / 4, "reward": step / 3, "loss": 0.1, "kl": 0.0,
+                           "train_tokens_per_s": 1000.0 + step, "time/rollout": 1.0, "time/train": 2.0})
+            log.log_samples(step, [row])
+    path = write_report(tmp_path)
+    page = path.read_text()
+    assert path == tmp_path / "report.html"
+    assert page.count("<svg") >= 6 and "Success rate" in page and "Training tokens/s" in page
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # Readable offline: nothing is fetched from anywhere.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "episodes" not in json.dumps(read_jsonl(tmp_path / "metrics.jsonl")[0])
+    assert "step 1:" in page and "step 3:" in page  # episodes of the first and the last step
+
+
+def test_report_of_a_folder_without_metrics_says_what_to_give(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"has no metrics\.jsonl: give the --out folder"):
+        render_report(tmp_path)

@@ -1,0 +1,46 @@
+"""A run's episodes: stale rows dropped, episode statistics, the format warm-up's episodes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentgym.parsing import extract_answer
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.rollouts import drop_stale, episode_stats, format_warmup_rows, rollout_config
+
+
+def test_rows_older_than_the_staleness_limit_are_dropped(make_row) -> None:
+    rows = [make_row(version=v, index=i) for i, v in enumerate([5, 4, 3, None])]
+    kept, dropped = drop_stale(rows, version=5, max_staleness=1)
+    assert [r.policy_version for r in kept] == [5, 4, None] and dropped == 1  # unknown versions stay
+    assert drop_stale(rows, version=5, max_staleness=0)[1] == 2
+
+
+def test_episode_stats_count_episodes_not_rows(make_row) -> None:
+    rows = [make_row(reward=1.0, index=0), make_row(reward=1.0, index=0, row_index=1),
+            make_row("bad", reward=-0.1, index=1).model_copy(update={"invalid_actions": 1})]
+    stats = episode_stats(rows)
+    assert stats["episodes"] == 2 and stats["success"] == 0.5
+    assert stats["reward"] == pytest.approx(0.45) and stats["valid_actions"] == 0.5
+    assert episode_stats([]) == {}
+
+
+def test_format_warmup_episodes_are_well_formed_and_reproducible(tiny_renderer) -> None:
+    config = TrainConfig(env_id="Bandit-LLM-v0", format_warmup_episodes=12, seed=4)
+    rows = asyncio.run(format_warmup_rows(config, tiny_renderer))
+    again = asyncio.run(format_warmup_rows(config, tiny_renderer))
+    assert len(rows) == 12 and [r.completion_ids for r in rows] == [r.completion_ids for r in again]
+    answers = {extract_answer(r.messages[2].content) for r in rows}
+    assert answers <= {"Phoenix", "Dragon"} and len(answers) == 2  # random arms, always readable
+    assert all(r.invalid_actions == 0 and any(r.completion_mask) for r in rows)
+    # Its seeds never meet the training steps' seeds.
+    assert {r.seed for r in rows}.isdisjoint({config.step_seed(s) + g for s in range(100) for g in range(4)})
+
+
+def test_each_step_has_its_own_seeds_and_seeded_sampling() -> None:
+    config = TrainConfig(env_id="Bandit-LLM-v0", seed=2)
+    first, second = rollout_config(config, 0), rollout_config(config, 1)
+    assert first.seed != second.seed and first.sampling_seed != second.sampling_seed
+    assert first.episodes == config.episodes_per_step and first.max_tokens_per_turn == config.max_tokens

@@ -1,0 +1,99 @@
+"""--trainer sft: fine-tuning on the successful episodes of a rollout file, with TRL's SFTTrainer."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import agentgym
+from agentgym.errors import ConfigError
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.policies import RandomPolicy
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.storage import RolloutWriter
+from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.metrics import read_jsonl
+from agentgym.trainers.sft import load_model_and_tokenizer, run_sft, sft_dataset
+
+BANDIT = "Bandit-LLM-v0"
+
+
+def _random_rows(tokenizer: Any, episodes: int, seed: int) -> list[TrajectoryRow]:
+    """Episodes of Bandit's random well-formed policy: about half of them choose the best arm."""
+    config = RolloutConfig(env_id=BANDIT, episodes=episodes, group_size=1, concurrency=1, seed=seed)
+    return asyncio.run(EnvManager(config, RandomPolicy(seed), renderer=ChatRenderer(tokenizer)).run())
+
+
+def _success_rate(model: Any, tokenizer: Any, seeds: range) -> float:
+    """Greedy answers of ``model`` on fresh Bandit episodes, played by the env itself."""
+    renderer = ChatRenderer(tokenizer)
+    wins = 0
+    for seed in seeds:
+        env = agentgym.make(BANDIT)
+        observation, _ = env.reset(seed=seed)
+        prompt = torch.tensor([renderer.prompt_ids(env.unwrapped.instructions, observation)])
+        with torch.no_grad():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id)
+        text = tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
+        wins += bool(env.step(text)[4]["success"])
+    return wins / len(seeds)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model: str) -> Any:
+    return load_model_and_tokenizer(tiny_model)[1]
+
+
+def test_dataset_masks_everything_but_the_sampled_tokens(tokenizer: Any) -> None:
+    rows = _random_rows(tokenizer, episodes=6, seed=1)
+    data = sft_dataset(rows)
+    assert len(data) == 6
+    for row, record in zip(rows, data):
+        assert record["input_ids"] == row.prompt_ids + row.completion_ids
+        assert record["completion_mask"] == [0] * len(row.prompt_ids) + row.completion_mask
+    successful = sft_dataset(rows, only_successful=True)
+    assert len(successful) == sum(row.success for row in rows) > 0
+
+
+def test_failed_and_unsuccessful_episodes_are_left_out(tokenizer: Any) -> None:
+    rows = _random_rows(tokenizer, episodes=4, seed=2)
+    failed = [row.model_copy(update={"error": "boom", "success": True}) for row in rows]
+    with pytest.raises(ConfigError, match="No successful episodes to fine-tune on among 4 rows"):
+        sft_dataset([row.model_copy(update={"success": False}) for row in rows] + failed[:0],
+                    only_successful=True)
+    with pytest.raises(ConfigError, match="No rows with sampled tokens to fine-tune on among 4 rows"):
+        sft_dataset(failed)
+
+
+def test_sft_needs_a_rollout_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--trainer sft learns from a rollout file: pass --trajectories"):
+        run_sft(TrainConfig(trainer="sft", backend="trl", env_id=BANDIT, out=str(tmp_path)))
+    with pytest.raises(ConfigError, match="no such file"):
+        run_sft(TrainConfig(trainer="sft", backend="trl", trajectories=str(tmp_path / "none.parquet"),
+                            out=str(tmp_path)))
+
+
+@pytest.mark.slow
+def test_sft_on_successful_episodes_learns_the_best_arm(tokenizer: Any, tiny_model: str, tmp_path: Path) -> None:
+    """Random play wins half the time; fine-tuned on its wins, the model picks the best arm."""
+    rows = _random_rows(tokenizer, episodes=64, seed=3)
+    with RolloutWriter(tmp_path / "rollouts.parquet") as writer:
+        writer.add(rows)
+    model, _ = load_model_and_tokenizer(tiny_model)
+    before = _success_rate(model, tokenizer, range(5000, 5020))
+    config = TrainConfig(trainer="sft", backend="trl", trajectories=str(tmp_path / "rollouts.parquet"),
+                         out=str(tmp_path / "run"), steps=40, lr=3e-3, micro_batch_size=8)
+    result = run_sft(config)
+
+    losses = [m["loss"] for m in result.metrics]
+    assert len(losses) == 40 and losses[-1] < losses[0] / 10
+    assert [r["loss"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == pytest.approx(losses)
+    tuned, _ = load_model_and_tokenizer(str(result.final_model))
+    after = _success_rate(tuned.eval(), tokenizer, range(5000, 5020))
+    assert before < 0.5 and after >= 0.9, (before, after)

@@ -1,0 +1,56 @@
+"""What the trainer tests share: a model nudged away from the served one, and greedy decoding on both sides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import torch
+
+#: Fixed token-id prompts (ids of the tiny vocabulary) and how much to decode of each.
+PROMPTS = [[1, 5, 6, 7], [1, 40, 41, 42, 43, 44], [1, 300, 200, 100, 9], [1, 77], [2, 9, 500, 8]]
+MAX_TOKENS = 8
+
+
+def load_model(folder: str) -> Any:
+    """The model in ``folder`` in float32, as the servers compute it."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+
+
+def train_a_little(model: Any, steps: int = 3, lr: float = 0.02, seed: int = 0) -> Any:
+    """A few real AdamW steps of language modelling on fixed random tokens: new weights,
+    different greedy outputs, the way a trainer changes them."""
+    generator = torch.Generator().manual_seed(seed)
+    batch = torch.randint(0, model.config.vocab_size, (4, 24), generator=generator)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
+
+
+def hf_greedy(model: Any, prompt: list[int]) -> list[int]:
+    """transformers' own greedy continuation of ``prompt``."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=MAX_TOKENS,
+                             do_sample=False)
+    return [int(token) for token in out[0, len(prompt):]]
+
+
+def server_greedy(base_url: str, model_name: str, prompt: list[int]) -> tuple[list[int], Any]:
+    """The server's greedy continuation of ``prompt`` and the policy version it reports."""
+    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60.0) as client:
+        response = client.completions.create(model=model_name, prompt=prompt, max_tokens=MAX_TOKENS,
+                                             temperature=0, extra_body={"return_token_ids": True})
+    body = response.model_dump()
+    return [int(token) for token in body["choices"][0]["token_ids"]], body.get("policy_version")
+
+
+def all_greedy(base_url: str, model_name: str) -> list[list[int]]:
+    return [server_greedy(base_url, model_name, prompt)[0] for prompt in PROMPTS]

@@ -1,0 +1,307 @@
+"""TrainConfig: everything ``agentgym train`` needs, one dataclass for both backends.
+
+Loaded from YAML (``--config run.yaml``), then overridden by the flags that
+were given::
+
+    config = TrainConfig.from_yaml("run.yaml").updated({"steps": 80, "lr": 5e-4})
+    config.save_yaml(Path(config.out) / "config.yaml")
+
+Each field's help is its docstring (written once, shown by ``agentgym train
+--help`` through the CLI's option help). Values are checked in
+``__post_init__``; every message names the field and the fix.
+
+The defaults are tuned for the proof run on a laptop CPU: the tiny random-init
+model learning ``Bandit-LLM-v0`` in 40 steps. For a real pretrained model use a
+much lower ``lr`` (1e-6 .. 1e-5) and set ``format_warmup_episodes`` to 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import yaml
+
+from agentgym.core import check_number
+from agentgym.errors import ConfigError
+from agentgym.trainers.algorithms import AdvantageMethod, LossAggregation, LossConfig
+
+__all__ = ["Backend", "TrainConfig"]
+
+Backend = Literal["fsdp", "trl"]
+_ENGINES = ("builtin", "vllm")
+_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass
+class TrainConfig:
+    """One training run: what to learn, from what, and how."""
+
+    # -- what ------------------------------------------------------------------
+    trainer: str = "grpo"
+    """Trainer name in the registry: grpo, sft, ..."""
+    backend: Backend = "fsdp"
+    """fsdp (the native PyTorch trainer) or trl (TRL's GRPOTrainer / SFTTrainer)."""
+    env_id: str | None = None
+    """Env to train on (online); optional with ``trajectories``."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Env constructor arguments."""
+    model: str = "tiny"
+    """Model: 'tiny', a local folder or a hub id."""
+    trajectories: str | None = None
+    """Train offline on the rows of this Parquet file instead of rolling out."""
+    out: str = "runs/train"
+    """Run folder: metrics.jsonl, checkpoints, the final model, the report."""
+
+    # -- the server --------------------------------------------------------------
+    base_url: str | None = None
+    """OpenAI-compatible server (ending in /v1); none: start the built-in one."""
+    api_key: str = "EMPTY"
+    """API key for ``base_url``."""
+    engine: str = "builtin"
+    """Which server ``base_url`` is: builtin (agentgym serve) or vllm; decides the weight sync."""
+    sync_weights: bool = True
+    """Push the new weights to the server after each step (off: a fixed server, off-policy)."""
+
+    # -- rollout -----------------------------------------------------------------
+    steps: int = 40
+    """Training steps (each: a rollout, optimiser step(s), a weight sync)."""
+    group_size: int = 8
+    """Episodes per seed (a GRPO group); advantages are relative within a group."""
+    episodes_per_step: int = 32
+    """Model episodes per step; a multiple of ``group_size``."""
+    max_turns: int | None = None
+    """Turn limit per episode (default: the env's)."""
+    max_tokens: int = 16
+    """Tokens one turn may sample."""
+    max_context_tokens: int = 2048
+    """Tokens an episode may hold (prompt, turns, replies)."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling of the rollouts."""
+    concurrency: int = 64
+    """Episodes playing at once."""
+    format_warmup_episodes: int = 64
+    """Before RL, fine-tune on this many episodes of the env's random well-formed policy
+    (``env.random_action``), loss on the actions only. A random-init model never writes a valid
+    action, so all its rewards are equal and GRPO has nothing to learn from; the warm-up teaches
+    the format, not the answer (the actions are random). 0: off. Skipped on resume."""
+    format_warmup_steps: int = 40
+    """Optimiser steps of the format warm-up."""
+    format_warmup_batch_size: int = 8
+    """Episodes per optimiser step of the format warm-up (taken in turn, round and round)."""
+    format_warmup_lr: float | None = 3e-3
+    """Learning rate of the format warm-up (None: ``lr``)."""
+    max_staleness: int = 1
+    """Drop rows sampled by a policy more than this many versions older than the trainer's."""
+
+    # -- optimisation ------------------------------------------------------------
+    lr: float = 1e-3
+    """Peak learning rate (AdamW). Tiny random-init models like it high; real models 1e-6..1e-5."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    adam_betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear warm-up of the learning rate over this many optimiser steps."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    """How the learning rate falls after the warm-up, over the run's optimiser steps."""
+    min_lr_ratio: float = 0.1
+    """Where ``linear`` and ``cosine`` end, as a fraction of ``lr``."""
+    max_grad_norm: float = 1.0
+    """Clip the gradient's global norm to this (0: no clipping)."""
+    mini_batches: int = 1
+    """Optimiser steps per training step: the step's rows are split into this many mini-batches."""
+    epochs: int = 1
+    """Passes over the step's rows (PPO epochs); above 1 the clipping starts to matter."""
+    micro_batch_size: int = 16
+    """Sequences per forward pass (without packing); gradients accumulate over micro-batches."""
+    micro_batch_tokens: int = 8192
+    """Tokens per packed forward pass (with packing)."""
+    pack_sequences: bool = False
+    """Pack several sequences into one row (no padding; attention kept within each sequence).
+    Off by default: without flash attention the packed row's attention is dense (quadratic in
+    the row), which costs more than padding sequences of similar length; worth it for very
+    uneven lengths, or with flash attention on GPUs."""
+    advantage: AdvantageMethod = "grpo"
+    """Group advantage: grpo, grpo_no_std, dr_grpo or rloo."""
+    filter_zero_variance: bool = True
+    """Skip groups whose rewards are all equal (zero advantage: they only cost compute)."""
+    clip_low: float = 0.2
+    """PPO clip below 1."""
+    clip_high: float = 0.28
+    """PPO clip above 1 (DAPO's clip-higher)."""
+    aggregation: LossAggregation = "token_mean"
+    """token_mean, sequence_mean or constant_sum (Dr. GRPO)."""
+    kl_coef: float = 0.0
+    """Weight of the KL to the initial model (0: no reference model is kept)."""
+    correction: Literal["none", "truncate", "mask"] = "truncate"
+    """Importance-sampling correction against the server's logprobs."""
+    correction_level: Literal["token", "sequence"] = "token"
+    """Per token or per sequence."""
+    correction_cap: float = 2.0
+    """Cap of the importance weight."""
+
+    # -- model -------------------------------------------------------------------
+    dtype: str = "float32"
+    """Training precision of the weights: float32 or bfloat16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% slower)."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of every weight."""
+    lora_rank: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    lora_dropout: float = 0.0
+    """LoRA dropout."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    """Modules that get adapters (peft names; 'all-linear' for every linear layer)."""
+
+    # -- run ---------------------------------------------------------------------
+    seed: int = 0
+    """Seed of everything: env groups, sampling, model, data order."""
+    checkpoint_every: int = 10
+    """Save a resumable checkpoint every this many steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are deleted)."""
+    resume: bool = False
+    """Continue from the latest checkpoint in ``out``."""
+    tensorboard: bool = False
+    """Also log to TensorBoard (needs the tensorboard package)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs wandb)."""
+    wandb_project: str = "agentgym"
+    """W&B project."""
+    sample_episodes: int = 2
+    """Episodes per step kept in samples.jsonl (for the report)."""
+
+    def __post_init__(self) -> None:
+        self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]  # YAML gives a list
+        self._read_float_strings()
+        self._check_choices()
+        self._check_numbers()
+        if self.env_id is None and self.trajectories is None:
+            raise ConfigError("Give an env to train on (--env ENV) or a rollout file (--trajectories FILE).")
+        if self.episodes_per_step % self.group_size:
+            raise ConfigError(
+                f"episodes_per_step ({self.episodes_per_step}) must be a multiple of group_size "
+                f"({self.group_size}) so every group is complete.")
+        if self.mini_batches > self.episodes_per_step:
+            raise ConfigError(f"mini_batches ({self.mini_batches}) cannot exceed episodes_per_step "
+                              f"({self.episodes_per_step}).")
+        self.loss_config()  # LossConfig checks the loss fields
+
+    def _read_float_strings(self) -> None:
+        """YAML reads ``1e-3`` (no dot) as a string: take it as the number it is for float fields."""
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if str(item.type).startswith("float") and isinstance(value, str):
+                try:
+                    setattr(self, item.name, float(value))
+                except ValueError:
+                    pass  # left as it is: the range checks below name the field
+
+    def _check_choices(self) -> None:
+        choices: dict[str, tuple[Any, ...]] = {
+            "backend": get_args(Backend), "engine": _ENGINES, "dtype": _DTYPES,
+            "advantage": get_args(AdvantageMethod), "aggregation": get_args(LossAggregation),
+            "correction": ("none", "truncate", "mask"), "correction_level": ("token", "sequence"),
+            "lr_schedule": ("constant", "linear", "cosine"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(map(str, allowed))}; "
+                                  f"got {getattr(self, name)!r}.")
+
+    def _check_numbers(self) -> None:
+        for name in ("steps", "group_size", "episodes_per_step", "max_tokens", "max_context_tokens",
+                     "concurrency", "mini_batches", "epochs", "micro_batch_size", "micro_batch_tokens",
+                     "checkpoint_every", "keep_checkpoints", "lora_rank", "lora_alpha",
+                     "format_warmup_batch_size"):
+            check_number(name, getattr(self, name), minimum=1)
+        for name in ("format_warmup_episodes", "format_warmup_steps", "max_staleness", "warmup_steps",
+                     "sample_episodes"):
+            check_number(name, getattr(self, name), minimum=0)
+        if self.max_turns is not None:
+            check_number("max_turns", self.max_turns, minimum=1)
+        check_number("seed", self.seed, minimum=0)
+        check_number("lr", self.lr, minimum=0.0, integer=False)
+        check_number("temperature", self.temperature, minimum=0.0, integer=False)
+        if self.format_warmup_lr is not None:
+            check_number("format_warmup_lr", self.format_warmup_lr, minimum=0.0, integer=False)
+        for name in ("top_p", "lora_dropout", "min_lr_ratio"):
+            check_number(name, getattr(self, name), minimum=0.0, maximum=1.0, integer=False)
+        for name in ("weight_decay", "max_grad_norm"):
+            check_number(name, getattr(self, name), minimum=0.0, integer=False)
+        if len(self.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in self.adam_betas):
+            raise ConfigError(f"adam_betas must be two numbers in [0, 1), got {self.adam_betas!r}.")
+
+    # -- derived configs --------------------------------------------------------
+
+    def loss_config(self) -> LossConfig:
+        """The :class:`LossConfig` of these fields (both backends compute the loss from it)."""
+        return LossConfig(clip_low=self.clip_low, clip_high=self.clip_high, aggregation=self.aggregation,
+                          max_tokens=self.max_tokens, kl_coef=self.kl_coef, correction=self.correction,
+                          correction_level=self.correction_level, correction_cap=self.correction_cap)
+
+    @property
+    def optimizer_steps_total(self) -> int:
+        """Optimiser steps of the whole run (the learning-rate schedule's length)."""
+        return self.steps * self.mini_batches * self.epochs
+
+    @property
+    def groups_per_step(self) -> int:
+        return self.episodes_per_step // self.group_size
+
+    def step_seed(self, step: int) -> int:
+        """Seed of group 0 of ``step``'s rollout (each step plays new seeds)."""
+        return self.seed * 1_000_003 + step * self.groups_per_step
+
+    # -- YAML and overrides -----------------------------------------------------
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """A config from a mapping; an unknown key is an error that suggests the closest name."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"A train config must be a mapping of field: value, got {type(values).__name__}.")
+        names = cls.field_names()
+        for key in values:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"Unknown train config field {key!r}.{hint}")
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainConfig:
+        """Read a YAML mapping of field: value (fields not given keep their defaults)."""
+        try:
+            values = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"Could not read the config file {str(path)!r}: {exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"The config file {str(path)!r} is not valid YAML: {exc}") from exc
+        return cls.from_dict(values or {})
+
+    def updated(self, overrides: dict[str, Any]) -> TrainConfig:
+        """A copy with ``overrides`` applied; keys whose value is None are ignored (flags not given)."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return type(self).from_dict({**self.to_dict(), **given})
+
+    def to_dict(self) -> dict[str, Any]:
+        values = dataclasses.asdict(self)
+        values["adam_betas"] = list(self.adam_betas)
+        return values
+
+    def save_yaml(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")

@@ -1,0 +1,129 @@
+"""The process group, sharding with FSDP2, and the few collectives the trainer needs.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) the trainer joins the process group
+(gloo on the CPU, nccl on GPUs) and shards the model with FSDP2's
+``fully_shard``: every decoder layer is its own unit, the embeddings, final
+norm and LM head sit in the root unit. One process (no torchrun) needs no
+group at all: the model stays a plain module and every collective here is a
+no-op, so the same trainer code runs on a laptop.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from agentgym.errors import ConfigError
+
+__all__ = [
+    "Dist",
+    "all_reduce",
+    "broadcast_object",
+    "full_state_dict",
+    "init_distributed",
+    "shard_model",
+]
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Where this process stands: its rank, how many there are, its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def sharded(self) -> bool:
+        return self.world_size > 1
+
+
+def _device(choice: str, local_rank: int) -> torch.device:
+    if choice == "auto":
+        choice = "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device cuda was asked for but no GPU is visible; use device cpu.")
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    if choice != "cpu":
+        raise ConfigError(f"device must be auto, cpu or cuda, got {choice!r}.")
+    return torch.device("cpu")
+
+
+def init_distributed(device: str = "auto") -> Dist:
+    """Join the ``torchrun`` process group if there is one; a 1-process Dist otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    where = _device(device, local_rank)
+    if world_size <= 1:
+        return Dist(device=where)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if where.type == "cuda" else "gloo")
+    return Dist(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
+                device=where)
+
+
+def all_reduce(tensor: torch.Tensor, info: Dist, op: str = "sum") -> torch.Tensor:
+    """Sum (or max) ``tensor`` over every rank, in place; returns it."""
+    if info.sharded:
+        reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
+        dist.all_reduce(tensor, op=reduce_op)
+    return tensor
+
+
+def broadcast_object(value: Any, info: Dist, src: int = 0) -> Any:
+    """``value`` from rank ``src`` on every rank (anything picklable)."""
+    if not info.sharded:
+        return value
+    box = [value if info.rank == src else None]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def _layer_classes(model: torch.nn.Module) -> set[str]:
+    """Class names of the blocks each FSDP unit wraps (transformers lists them)."""
+    for module in model.modules():
+        names = getattr(module, "_no_split_modules", None)
+        if names:
+            return set(names)
+    return set()
+
+
+def shard_model(model: torch.nn.Module, info: Dist) -> torch.nn.Module:
+    """``fully_shard`` every decoder layer, then the root; unchanged with one process."""
+    if not info.sharded:
+        return model
+    from torch.distributed.fsdp import fully_shard
+
+    classes = _layer_classes(model)
+    if not classes:
+        raise ConfigError(f"Cannot tell the decoder layers of {type(model).__name__} apart "
+                          "(no _no_split_modules); FSDP needs them to shard layer by layer.")
+    for module in model.modules():
+        if type(module).__name__ in classes:
+            fully_shard(module)
+    fully_shard(model)
+    return model
+
+
+def full_state_dict(model: torch.nn.Module, info: Dist, *, trainable_only: bool = False
+                    ) -> dict[str, torch.Tensor]:
+    """The full (unsharded) weights on the CPU of rank 0; an empty dict on the other ranks.
+
+    Every rank must call it (the gather is a collective).
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
+    state = get_model_state_dict(model, options=options)
+    return state if info.is_main else {}

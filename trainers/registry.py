@@ -1,0 +1,186 @@
+"""The trainer registry: a trainer name and a backend -> the function that runs it.
+
+``agentgym train --trainer NAME --backend BACKEND`` looks the pair up here.
+Built in: ``grpo`` (backends ``fsdp`` and ``trl``) and ``sft`` (``trl``).
+A trainer is a function called as ``fn(config, console=console)`` with the
+run's :class:`~agentgym.trainers.config.TrainConfig` and a rich console (or
+None); it returns what it wants the CLI to summarise (the built-in ones return
+a ``TrainResult`` with ``out``, ``metrics`` and ``final_model``).
+
+Entry points are strings, so registering imports nothing. A third-party
+package adds a trainer (or a backend of an existing one) by calling
+:func:`register_trainer`, or through the ``agentgym.trainers`` entry-point
+group, loaded on the first lookup::
+
+    # the plugin's pyproject.toml
+    [project.entry-points."agentgym.trainers"]
+    dpo = "mytrainers.plugin:register"          # calls register_trainer("dpo", {...})
+
+    register_trainer("dpo", {"trl": "mytrainers.dpo:run_dpo"}, description="DPO on preference pairs")
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentgym.errors import ConfigError, PluginLoadWarning, RegistryError, UnknownTrainerError
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "TrainerFn",
+    "TrainerSpec",
+    "get_trainer",
+    "list_trainers",
+    "load_trainer_plugins",
+    "register_trainer",
+    "trainer_spec",
+]
+
+ENTRY_POINT_GROUP = "agentgym.trainers"
+#: What a trainer is: ``fn(config, console=None) -> result``.
+TrainerFn = Callable[..., Any]
+_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
+_ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerSpec:
+    """A registered trainer: its backends (name -> ``"module:function"``) and what it does."""
+
+    name: str
+    backends: dict[str, str]
+    description: str
+    source: str = "agentgym"
+    default_backend: str = field(default="")
+
+    def entry_point(self, backend: str | None = None) -> str:
+        """The entry point of ``backend`` (None: the default one)."""
+        chosen = backend or self.default_backend
+        if chosen not in self.backends:
+            raise ConfigError(f"Trainer {self.name!r} has no backend {chosen!r}; it runs on "
+                              f"{', '.join(sorted(self.backends))}. Pass --backend with one of them.")
+        return self.backends[chosen]
+
+
+_TRAINERS: dict[str, TrainerSpec] = {}
+_LOADED_PLUGINS: set[str] = set()
+
+
+def register_trainer(name: str, backends: Mapping[str, str], *, description: str,
+                     default_backend: str | None = None, source: str = "agentgym") -> TrainerSpec:
+    """Register ``name`` with its backends' entry points (``"module:function"``).
+
+    Registering a name again adds its new backends; giving an existing backend
+    another entry point is an error. The default backend is the first one
+    registered unless ``default_backend`` says otherwise.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"Trainer name must be lower-case letters, digits, '-' or '_' (e.g. 'grpo'), "
+                          f"got {name!r}.")
+    if not backends:
+        raise ConfigError(f"Trainer {name!r} needs at least one backend, e.g. {{'trl': 'pkg.mod:run'}}.")
+    for backend, entry in backends.items():
+        if not _NAME.match(backend) or not isinstance(entry, str) or not _ENTRY.match(entry):
+            raise ConfigError(f"Trainer {name!r}: backend {backend!r} must map to 'module.path:function', "
+                              f"got {entry!r}.")
+    existing = _TRAINERS.get(name)
+    merged = dict(existing.backends) if existing else {}
+    for backend, entry in backends.items():
+        if merged.get(backend, entry) != entry:
+            raise RegistryError(
+                f"Trainer {name!r} backend {backend!r} is registered already as {merged[backend]} "
+                f"(by {existing.source if existing else source}); {source} tried {entry}. "
+                "Pick another backend or trainer name.")
+        merged[backend] = entry
+    default = default_backend or (existing.default_backend if existing else next(iter(backends)))
+    if default not in merged:
+        raise ConfigError(f"default_backend {default!r} of {name!r} is not one of {sorted(merged)}.")
+    spec = TrainerSpec(name=name, backends=merged, source=existing.source if existing else source,
+                       description=existing.description if existing else description, default_backend=default)
+    _TRAINERS[name] = spec
+    return spec
+
+
+def _suggest(name: str) -> list[str]:
+    wanted = str(name).lower()
+    if wanted in _TRAINERS:
+        return [wanted]
+    return difflib.get_close_matches(wanted, list(_TRAINERS), n=3, cutoff=0.5)
+
+
+def trainer_spec(name: str) -> TrainerSpec:
+    """The registered trainer ``name``; :class:`UnknownTrainerError` says what was meant."""
+    load_trainer_plugins()
+    spec = _TRAINERS.get(name)
+    if spec is None:
+        raise UnknownTrainerError(name, _suggest(name), sorted(_TRAINERS))
+    return spec
+
+
+def get_trainer(name: str, backend: str | None = None) -> TrainerFn:
+    """The function that runs trainer ``name`` on ``backend`` (None: its default backend).
+
+    >>> run = get_trainer("grpo", "trl")        # doctest: +SKIP
+    >>> result = run(config, console=None)      # doctest: +SKIP
+    """
+    entry = trainer_spec(name).entry_point(backend)
+    module_name, _, attribute = entry.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except ImportError as exc:
+        raise ConfigError(f"Trainer {name!r} ({entry}) could not be imported: {exc}. Is its package "
+                          "installed (for the built-in ones: pip install 'agentgym[train]')?") from exc
+    except AttributeError as exc:
+        raise ConfigError(f"Trainer {name!r}: {module_name} has no {attribute!r} ({entry}).") from exc
+    if not callable(function):
+        raise ConfigError(f"Trainer {name!r}: {entry} is not a function.")
+    return function
+
+
+def list_trainers() -> list[TrainerSpec]:
+    """Every registered trainer, by name."""
+    load_trainer_plugins()
+    return [_TRAINERS[name] for name in sorted(_TRAINERS)]
+
+
+def load_trainer_plugins() -> list[str]:
+    """Load the ``agentgym.trainers`` entry points not loaded yet; the names of those that failed.
+
+    A plugin that fails is reported with a :class:`~agentgym.errors.PluginLoadWarning`;
+    the other trainers still work.
+    """
+    failed = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        key = f"{entry.name}={entry.value}"
+        if key in _LOADED_PLUGINS:
+            continue
+        _LOADED_PLUGINS.add(key)
+        try:
+            target = entry.load()
+            if callable(target):
+                target()
+        # A third-party plugin may fail in any way at all; the built-in trainers must still work.
+        except Exception as exc:  # noqa: BLE001
+            failed.append(entry.name)
+            warnings.warn(f"agentgym trainer plugin {entry.name!r} ({entry.value}) failed to load: "
+                          f"{type(exc).__name__}: {exc}. Fix or uninstall that package.",
+                          PluginLoadWarning, stacklevel=2)
+    return failed
+
+
+def _register_builtin() -> None:
+    register_trainer("grpo", {"fsdp": "agentgym.trainers.loop:run_training",
+                              "trl": "agentgym.trainers.trl_backend:run_trl"},
+                     description="GRPO online: roll out, score by group, clipped policy-gradient step, sync.")
+    register_trainer("sft", {"trl": "agentgym.trainers.sft:run_sft"},
+                     description="Fine-tune on the successful episodes of a rollout file (TRL SFTTrainer).")
+
+
+_register_builtin()

@@ -1,0 +1,97 @@
+"""The episodes a training run plays: each step's rollout, and the format warm-up's.
+
+Every step plays new seeds (``TrainConfig.step_seed``) and seeds the
+server's sampler per turn, so a rerun (or a resumed run) plays the very same
+episodes. The format warm-up's episodes come from the env's own random
+well-formed policy (``env.random_action``): they teach the action format,
+not the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from agentgym.errors import ConfigError
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.policies import RandomPolicy
+from agentgym.rollout.policy import OpenAIPolicy
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.config import TrainConfig
+
+__all__ = ["StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows", "rollout_config"]
+
+_WARMUP_SEED_OFFSET = 1_000_000  # warm-up seeds never meet the training steps' seeds
+
+
+@dataclass
+class StepRollout:
+    """The rows of one step and what happened while playing them."""
+
+    rows: list[TrajectoryRow]
+    seconds: float
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def rollout_config(config: TrainConfig, step: int, *, episodes: int | None = None,
+                   group_size: int | None = None) -> RolloutConfig:
+    """The :class:`RolloutConfig` of ``step``: new seeds each step, seeded sampling."""
+    if config.env_id is None:
+        raise ConfigError("Rolling out needs an env (--env ENV).")
+    return RolloutConfig(
+        env_id=config.env_id, env_kwargs=dict(config.env_kwargs),
+        episodes=episodes or config.episodes_per_step, group_size=group_size or config.group_size,
+        concurrency=config.concurrency, max_turns=config.max_turns,
+        max_context_tokens=config.max_context_tokens, max_tokens_per_turn=config.max_tokens,
+        seed=config.step_seed(step), sampling_seed=config.seed * 7_777 + step)
+
+
+async def collect_step(config: TrainConfig, step: int, policy: OpenAIPolicy,
+                       renderer: ChatRenderer) -> StepRollout:
+    """Play ``step``'s ``episodes_per_step`` episodes with the model behind ``policy``."""
+    start = time.perf_counter()
+    rows = await EnvManager(rollout_config(config, step), policy, renderer=renderer).run()
+    seconds = time.perf_counter() - start
+    stats = episode_stats(rows)
+    stats["rollout_tokens_per_s"] = stats.get("sampled_tokens", 0.0) / max(seconds, 1e-9)
+    return StepRollout(rows=rows, seconds=seconds, stats=stats)
+
+
+async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> list[TrajectoryRow]:
+    """``format_warmup_episodes`` episodes of the env's random well-formed policy, as rows."""
+    if config.env_id is None:
+        return []
+    rollout = RolloutConfig(
+        env_id=config.env_id, env_kwargs=dict(config.env_kwargs), episodes=config.format_warmup_episodes,
+        group_size=1, concurrency=1,  # one at a time: the random policy's draws stay in order
+        max_turns=config.max_turns, max_context_tokens=config.max_context_tokens,
+        max_tokens_per_turn=config.max_tokens, seed=config.seed + _WARMUP_SEED_OFFSET)
+    policy = RandomPolicy(seed=config.seed)
+    return await EnvManager(rollout, policy, renderer=renderer).run()
+
+
+def drop_stale(rows: list[TrajectoryRow], version: int, max_staleness: int) -> tuple[list[TrajectoryRow], int]:
+    """Rows sampled at most ``max_staleness`` versions before ``version`` (unknown versions kept)."""
+    kept = [row for row in rows
+            if row.policy_version is None or version - row.policy_version <= max_staleness]
+    return kept, len(rows) - len(kept)
+
+
+def episode_stats(rows: list[TrajectoryRow]) -> dict[str, float]:
+    """Mean reward, success rate, valid-action rate, turns and sampled tokens of the episodes."""
+    episodes = [row for row in rows if row.row_index == 0]
+    if not episodes:
+        return {}
+    count = len(episodes)
+    turns = max(sum(row.num_turns for row in episodes), 1)
+    return {
+        "episodes": float(count),
+        "reward": sum(row.reward for row in episodes) / count,
+        "success": sum(row.success for row in episodes) / count,
+        "valid_actions": 1.0 - sum(row.invalid_actions for row in episodes) / turns,
+        "turns": turns / count,
+        "sampled_tokens": float(sum(sum(row.completion_mask) for row in rows)),
+        "completion_tokens": sum(sum(row.completion_mask) for row in rows) / count,
+        "errors": float(sum(row.error is not None for row in episodes)),
+    }

@@ -1,0 +1,220 @@
+"""Supervised fine-tuning on trajectories with TRL's ``SFTTrainer`` (``--trainer sft``).
+
+Two uses:
+
+- ``agentgym train --trainer sft --trajectories rollouts.parquet``
+  (:func:`run_sft`): fine-tune on the *successful* episodes of a rollout file
+  (rejection sampling, or "filtered behaviour cloning").
+- the format warm-up before GRPO (:func:`format_warmup`): a few steps on
+  episodes of the env's random well-formed policy, which teach a
+  random-init model to write a readable action (not which one is right).
+
+Either way the loss is on the policy's own tokens only: each row becomes
+``input_ids = prompt_ids + completion_ids`` and TRL's
+``completion_only_loss`` masks everything but ``completion_mask`` (so the
+env's replies between turns and the prompt carry no loss).
+
+    config = TrainConfig(trainer="sft", backend="trl", trajectories="rollouts.parquet",
+                         steps=50, out="runs/sft")
+    result = run_sft(config)        # result.final_model: a folder to serve or roll out
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.config import TrainConfig
+
+__all__ = ["format_warmup", "load_model_and_tokenizer", "quiet_trl", "run_sft", "sft_dataset", "sft_train",
+           "without_printer"]
+
+
+@contextlib.contextmanager
+def quiet_trl() -> Iterator[None]:
+    """TRL's trainers without their chatter: no dataset progress bars, no warnings about
+    TRL's own calls of deprecated transformers APIs or its "experimental" notices.
+
+    The run's own progress goes to agentgym's metrics logger instead.
+    """
+    from datasets.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    bars_were_off = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated",
+                                    category=FutureWarning)
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'", category=UserWarning)
+            yield
+    finally:
+        if not bars_were_off:
+            enable_progress_bars()
+
+
+def without_printer(trainer: Any) -> Any:
+    """``trainer`` without the callback that prints every log dict (agentgym logs the steps itself)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer
+
+
+def sft_dataset(rows: Sequence[TrajectoryRow], *, only_successful: bool = False) -> Any:
+    """A ``datasets.Dataset`` of ``input_ids`` and ``completion_mask`` (prompt tokens 0) from rows.
+
+    Failed episodes (``error`` set) and rows without a sampled token are left out;
+    with ``only_successful``, so is every episode that did not succeed.
+    """
+    from datasets import Dataset
+
+    records = [
+        {"input_ids": list(row.prompt_ids) + list(row.completion_ids),
+         "completion_mask": [0] * len(row.prompt_ids) + [int(bit) for bit in row.completion_mask]}
+        for row in rows
+        if row.error is None and any(row.completion_mask) and (row.success or not only_successful)
+    ]
+    if not records:
+        wanted = "successful episodes" if only_successful else "rows with sampled tokens"
+        raise ConfigError(f"No {wanted} to fine-tune on among {len(rows)} rows. Roll out more "
+                          "episodes (or a better policy) first.")
+    return Dataset.from_list(records)
+
+
+def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """The causal LM and tokenizer of ``model`` ('tiny', a folder or a hub id)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentgym.models import resolve_model
+
+    path = resolve_model(model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer
+
+
+def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, max_length: int,
+              max_grad_norm: float, adam_betas: tuple[float, float], logging: bool) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(out), use_cpu=not torch.cuda.is_available(), bf16=False,
+        max_steps=steps, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
+        learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        adam_beta1=adam_betas[0], adam_beta2=adam_betas[1],
+        max_grad_norm=max_grad_norm or 1e9, seed=seed, data_seed=seed,
+        completion_only_loss=True, max_length=max_length, logging_steps=1,
+        activation_checkpointing=False,  # TRL turns it on by default: 30% slower, and small models need no memory saved
+        save_strategy="no", report_to=[], disable_tqdm=not logging, dataloader_num_workers=0,
+    )
+
+
+def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, steps: int, lr: float,
+              batch_size: int, seed: int = 0, max_length: int = 4096, max_grad_norm: float = 1.0,
+              adam_betas: tuple[float, float] = (0.9, 0.99), logging: bool = False,
+              optimizer_out: list[Any] | None = None) -> list[dict[str, float]]:
+    """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).
+
+    ``optimizer_out``, when given, receives the AdamW used (its moments can carry on into RL).
+    """
+    from trl import SFTTrainer
+
+    if steps < 1 or batch_size < 1 or not lr > 0:
+        raise ConfigError(f"steps and batch_size must be >= 1 and lr > 0, got {steps}, {batch_size}, {lr}.")
+    args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=min(batch_size, len(dataset)), seed=seed,
+                     max_length=max_length, max_grad_norm=max_grad_norm, adam_betas=adam_betas,
+                     logging=logging)
+    with quiet_trl():
+        trainer = without_printer(SFTTrainer(model=model, args=args, train_dataset=dataset,
+                                             processing_class=tokenizer))
+        trainer.train()
+    model.eval()
+    if optimizer_out is not None:
+        optimizer_out.append(getattr(trainer.optimizer, "optimizer", trainer.optimizer))  # unwrap accelerate's
+    return [{key: float(value) for key, value in record.items() if isinstance(value, (int, float))}
+            for record in trainer.state.log_history if "loss" in record]
+
+
+def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
+                  optimizer_out: list[Any] | None = None) -> dict[str, float]:
+    """The format warm-up of ``config`` (``format_warmup_*`` fields), done with TRL on ``model``.
+
+    Plays ``format_warmup_episodes`` episodes of the env's random well-formed
+    policy (the same rows the fsdp backend uses, from
+    :func:`agentgym.trainers.rollouts.format_warmup_rows`) and takes
+    ``format_warmup_steps`` optimiser steps of ``format_warmup_batch_size`` of them. Returns
+    ``{"loss_first", "loss_last", "episodes", "seconds"}``; empty when off.
+    ``optimizer_out`` receives its AdamW: GRPO should go on with it (a fresh
+    Adam's first steps move every weight by about ``lr``, which undoes the
+    format on a tiny model; the warm-up's moments damp them).
+    """
+    from agentgym.rollout.chat import ChatRenderer
+    from agentgym.trainers.rollouts import format_warmup_rows
+
+    if config.format_warmup_episodes == 0 or config.format_warmup_steps == 0 or config.env_id is None:
+        return {}
+    started = time.perf_counter()
+    rows = asyncio.run(format_warmup_rows(config, ChatRenderer(tokenizer)))
+    dataset = sft_dataset(rows)
+    logs = sft_train(model, tokenizer, dataset, out=Path(config.out) / "format_warmup",
+                     steps=config.format_warmup_steps, lr=config.format_warmup_lr or config.lr,
+                     batch_size=config.format_warmup_batch_size, seed=config.seed, max_length=config.max_context_tokens,
+                     max_grad_norm=config.max_grad_norm, adam_betas=config.adam_betas,
+                     optimizer_out=optimizer_out)
+    losses = [log["loss"] for log in logs] or [math.nan]
+    return {"loss_first": losses[0], "loss_last": losses[-1], "episodes": float(len(rows)),
+            "seconds": time.perf_counter() - started}
+
+
+def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
+    """``--trainer sft``: fine-tune ``config.model`` on the successful episodes of ``config.trajectories``.
+
+    ``steps`` optimiser steps of ``micro_batch_size`` sequences at ``lr``; the
+    per-step loss goes to ``metrics.jsonl`` (and the console), the model to
+    ``<out>/final``. Returns a :class:`~agentgym.trainers.loop.TrainResult`.
+    """
+    from agentgym.rollout.storage import read_rows
+    from agentgym.trainers.loop import TrainResult
+    from agentgym.trainers.metrics import MetricsLogger
+
+    if config.trajectories is None:
+        raise ConfigError("--trainer sft learns from a rollout file: pass --trajectories FILE "
+                          "(make one with `agentgym rollout ENV --out FILE`).")
+    if not Path(config.trajectories).exists():
+        raise ConfigError(f"--trajectories {config.trajectories!r}: no such file.")
+    out = Path(config.out)
+    rows = read_rows(config.trajectories)
+    dataset = sft_dataset(rows, only_successful=True)
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
+    config.save_yaml(out / "config.yaml")
+    result = TrainResult(out=out)
+    with MetricsLogger(out, config, console=console) as log:
+        log.note(f"SFT on {len(dataset)} successful rows of {len(rows)} in {config.trajectories}.")
+        logs = sft_train(model, tokenizer, dataset, out=out / "sft", steps=config.steps, lr=config.lr,
+                         batch_size=config.micro_batch_size, seed=config.seed,
+                         max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
+                         adam_betas=config.adam_betas)
+        for step, record in enumerate(logs):
+            metrics = {"loss": record["loss"], "train_rows": float(len(dataset))}
+            if "mean_token_accuracy" in record:
+                metrics["token_accuracy"] = record["mean_token_accuracy"]
+            log.log(step, metrics)
+            result.metrics.append(metrics)
+    final = out / "final"
+    model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    result.final_model = final
+    return result
