@@ -209,20 +209,16 @@ def _check_version(version: int | None, last: int) -> int:
     return version
 
 
-# -- the built-in server ---------------------------------------------------------------------
+class _FolderSync:
+    """What the syncs that hand the server a folder share: where, who, and the version pushed."""
 
-
-class BuiltinSync:
-    """Full weights to ``agentgym serve`` through ``POST /update_weights``.
-
-    Responses generated after the push report ``policy_version`` = the new version.
-    """
+    _prefix = "agentgym-sync-"
 
     def __init__(self, url: str, *, model_name: str = "", folder: str | Path | None = None,
                  api_key: str | None = None, timeout: float = 300.0) -> None:
         self.url = _root(url)
         self._model_name = model_name
-        self._scratch = _Scratch(folder, "agentgym-sync-")
+        self._scratch = _Scratch(folder, self._prefix)
         self.api_key = api_key
         self.timeout = timeout
         self._version = 0
@@ -234,6 +230,19 @@ class BuiltinSync:
     @property
     def model_name(self) -> str:
         return self._model_name
+
+    def close(self) -> None:
+        self._scratch.close()
+
+
+# -- the built-in server ---------------------------------------------------------------------
+
+
+class BuiltinSync(_FolderSync):
+    """Full weights to ``agentgym serve`` through ``POST /update_weights``.
+
+    Responses generated after the push report ``policy_version`` = the new version.
+    """
 
     def push(self, weights: Weights, *, version: int | None = None) -> SyncResult:
         started = time.perf_counter()
@@ -247,14 +256,11 @@ class BuiltinSync:
         self._version = int(answer["policy_version"]) if isinstance(answer, dict) else wanted
         return SyncResult(self._version, self._model_name, time.perf_counter() - started, size)
 
-    def close(self) -> None:
-        self._scratch.close()
-
 
 # -- vLLM: full weights from a folder ----------------------------------------------------------
 
 
-class VLLMSync:
+class VLLMSync(_FolderSync):
     """Full weights to vLLM: ``reload_weights`` from a safetensors folder, then the version.
 
     vLLM must run in dev mode (``VLLMServer`` and ``agentgym serve --engine vllm``
@@ -262,23 +268,6 @@ class VLLMSync:
     prefix cache is reset and ``/update_weight_version`` records the version,
     which ``GET /weight_info`` reports.
     """
-
-    def __init__(self, url: str, *, model_name: str = "", folder: str | Path | None = None,
-                 api_key: str | None = None, timeout: float = 300.0) -> None:
-        self.url = _root(url)
-        self._model_name = model_name
-        self._scratch = _Scratch(folder, "agentgym-sync-")
-        self.api_key = api_key
-        self.timeout = timeout
-        self._version = 0
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @property
-    def model_name(self) -> str:
-        return self._model_name
 
     def push(self, weights: Weights, *, version: int | None = None) -> SyncResult:
         started = time.perf_counter()
@@ -291,9 +280,6 @@ class VLLMSync:
         self._version = wanted
         return SyncResult(wanted, self._model_name, time.perf_counter() - started, size)
 
-    def close(self) -> None:
-        self._scratch.close()
-
 
 def served_weight_version(url: str, *, api_key: str | None = None, timeout: float = 30.0) -> str | None:
     """The weight version a vLLM server reports (``GET /weight_info``)."""
@@ -305,7 +291,7 @@ def served_weight_version(url: str, *, api_key: str | None = None, timeout: floa
 # -- LoRA adapters -----------------------------------------------------------------------------
 
 
-class LoRASync:
+class LoRASync(_FolderSync):
     """A peft adapter, served under a new name per version (``<base>-lora-v<N>``).
 
     Works with vLLM (``--enable-lora``, ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``) and
@@ -315,24 +301,18 @@ class LoRASync:
     server holds at most ``keep`` of them.
     """
 
+    _prefix = "agentgym-lora-"
+
     def __init__(self, url: str, *, model_name: str, folder: str | Path | None = None,
                  api_key: str | None = None, timeout: float = 300.0, keep: int = 1) -> None:
         if not model_name:
             raise ConfigError("LoRASync needs model_name, the served base model's name.")
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ConfigError(f"keep must be a whole number >= 1 (adapters left loaded), got {keep!r}.")
-        self.url = _root(url)
+        super().__init__(url, model_name=model_name, folder=folder, api_key=api_key, timeout=timeout)
         self.base_name = model_name
-        self._scratch = _Scratch(folder, "agentgym-lora-")
-        self.api_key = api_key
-        self.timeout = timeout
         self.keep = keep
-        self._version = 0
         self._loaded: list[tuple[str, Path]] = []
-
-    @property
-    def version(self) -> int:
-        return self._version
 
     @property
     def model_name(self) -> str:
@@ -368,9 +348,6 @@ class LoRASync:
             _request(f"{self.url}/v1/unload_lora_adapter", {"lora_name": name},
                      timeout=self.timeout, api_key=self.api_key, hint="")
             shutil.rmtree(folder, ignore_errors=True)
-
-    def close(self) -> None:
-        self._scratch.close()
 
 
 # -- vLLM on GPUs: NCCL weight transfer (untested here) ----------------------------------------
