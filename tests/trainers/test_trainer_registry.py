@@ -24,7 +24,7 @@ def echo_trainer(config: TrainConfig, console: Any = None) -> dict[str, Any]:
 
 def register_echo() -> None:
     """What a plugin's entry point does."""
-    register_trainer("echo", {"mybackend": "test_registry:echo_trainer"}, description="Echo the config.")
+    register_trainer("echo", {"mybackend": "test_trainer_registry:echo_trainer"}, description="Echo the config.")
 
 
 def broken_plugin() -> None:
@@ -85,7 +85,7 @@ def test_a_third_party_trainer_plugs_in() -> None:
 
 
 def test_a_plugin_adds_a_backend_to_a_built_in_trainer() -> None:
-    register_trainer("grpo", {"mybackend": "test_registry:echo_trainer"}, description="ignored")
+    register_trainer("grpo", {"mybackend": "test_trainer_registry:echo_trainer"}, description="ignored")
     assert get_trainer("grpo", "mybackend") is echo_trainer
     assert get_trainer("grpo") is get_trainer("grpo", "fsdp")  # the default stays
     register_trainer("grpo", {"trl": "agentgym.trainers.trl_backend:run_trl"}, description="same again")
@@ -94,7 +94,7 @@ def test_a_plugin_adds_a_backend_to_a_built_in_trainer() -> None:
 def test_taking_over_a_registered_backend_is_an_error() -> None:
     with pytest.raises(RegistryError, match="'grpo' backend 'trl' is registered already as "
                                             "agentgym.trainers.trl_backend:run_trl"):
-        register_trainer("grpo", {"trl": "test_registry:echo_trainer"}, description="x")
+        register_trainer("grpo", {"trl": "test_trainer_registry:echo_trainer"}, description="x")
 
 
 @pytest.mark.parametrize(("name", "backends", "message"), [
@@ -112,8 +112,8 @@ def test_an_entry_point_that_does_not_import_is_a_clear_error() -> None:
     register_trainer("ghost", {"trl": "no_such_module_here:run"}, description="x")
     with pytest.raises(ConfigError, match=r"'ghost' \(no_such_module_here:run\) could not be imported"):
         get_trainer("ghost")
-    register_trainer("hollow", {"trl": "test_registry:no_such_function"}, description="x")
-    with pytest.raises(ConfigError, match="test_registry has no 'no_such_function'"):
+    register_trainer("hollow", {"trl": "test_trainer_registry:no_such_function"}, description="x")
+    with pytest.raises(ConfigError, match="test_trainer_registry has no 'no_such_function'"):
         get_trainer("hollow")
 
 
@@ -121,8 +121,8 @@ def test_plugins_load_from_entry_points_and_a_broken_one_is_only_a_warning(
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
     entries = [
-        importlib.metadata.EntryPoint("echo", "test_registry:register_echo", registry.ENTRY_POINT_GROUP),
-        importlib.metadata.EntryPoint("broken", "test_registry:broken_plugin", registry.ENTRY_POINT_GROUP),
+        importlib.metadata.EntryPoint("echo", "test_trainer_registry:register_echo", registry.ENTRY_POINT_GROUP),
+        importlib.metadata.EntryPoint("broken", "test_trainer_registry:broken_plugin", registry.ENTRY_POINT_GROUP),
     ]
     monkeypatch.setattr(registry.importlib.metadata, "entry_points",
                         lambda group: entries if group == registry.ENTRY_POINT_GROUP else [])
