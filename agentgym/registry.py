@@ -25,7 +25,7 @@ import difflib
 import importlib.metadata
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "PluginFailure",
     "env_info",
     "list_envs",
+    "load_entry_points",
     "load_plugins",
     "make",
     "plugin_failures",
@@ -179,30 +180,48 @@ def _registering_as(source: str) -> Iterator[None]:
         _source = previous
 
 
-def load_plugins() -> list[PluginFailure]:
-    """Load every ``agentgym.envs`` entry point not loaded yet; return the new failures."""
-    failures = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+def load_entry_points(
+    group: str,
+    loaded: set[str],
+    wrap: Callable[[importlib.metadata.EntryPoint], contextlib.AbstractContextManager[object]] | None = None,
+) -> Iterator[tuple[importlib.metadata.EntryPoint, Exception]]:
+    """Load each entry point of ``group`` not in ``loaded`` yet; yield those that raised.
+
+    An entry point names a function (called) or a module (imported). Each is
+    added to ``loaded`` first, so it is tried once per process.
+    ``wrap(entry)``, when given, is entered around the loading. A failure is
+    yielded as soon as it happens, so the caller reports it before the next
+    plugin loads. The env and trainer registries both load their plugins so.
+    """
+    for entry in importlib.metadata.entry_points(group=group):
         key = f"{entry.name}={entry.value}"
-        if key in _LOADED_PLUGINS:
+        if key in loaded:
             continue
-        _LOADED_PLUGINS.add(key)
+        loaded.add(key)
         try:
-            with _registering_as(f"plugin {entry.name}"):
+            with wrap(entry) if wrap is not None else contextlib.nullcontext():
                 target = entry.load()
                 if callable(target):
                     target()
         # A third-party plugin may fail in any way at all; that must not stop
-        # `import agentgym` or hide the envs of every other package.
+        # `import agentgym` or hide what every other package registered.
         except Exception as exc:  # noqa: BLE001
-            failure = PluginFailure(entry.name, entry.value, f"{type(exc).__name__}: {exc}")
-            failures.append(failure)
-            warnings.warn(
-                f"agentgym plugin {entry.name!r} ({entry.value}) failed to load and its envs "
-                f"are not registered: {failure.error}. Fix or uninstall that package.",
-                PluginLoadWarning,
-                stacklevel=2,
-            )
+            yield entry, exc
+
+
+def load_plugins() -> list[PluginFailure]:
+    """Load every ``agentgym.envs`` entry point not loaded yet; return the new failures."""
+    failures = []
+    for entry, exc in load_entry_points(ENTRY_POINT_GROUP, _LOADED_PLUGINS,
+                                        lambda entry: _registering_as(f"plugin {entry.name}")):
+        failure = PluginFailure(entry.name, entry.value, f"{type(exc).__name__}: {exc}")
+        failures.append(failure)
+        warnings.warn(
+            f"agentgym plugin {entry.name!r} ({entry.value}) failed to load and its envs "
+            f"are not registered: {failure.error}. Fix or uninstall that package.",
+            PluginLoadWarning,
+            stacklevel=2,
+        )
     _FAILURES.extend(failures)
     return failures
 

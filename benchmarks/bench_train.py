@@ -128,13 +128,13 @@ def main() -> None:
     rows = fixed_rows(model_dir, args.rows, args.prompt, args.completion)
     tokens = args.rows * (args.prompt + args.completion)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
-    print(f"{args.model}: {sum(p.numel() for p in FSDPTrainer(_config(args)).model.parameters()) / 1e6:.1f}M "
-          f"parameters, {args.dtype}; {args.rows} rows x ({args.prompt} prompt + {args.completion} completion) "
-          f"tokens, micro-batch {args.micro_batch}; {device}; Python {platform.python_version()}, "
-          f"torch {torch.__version__}")
     results = []
     padded, trainer = bench_fsdp(args, rows, pack=False)
     results.append(("fsdp (padded)", padded))
+    print(f"{args.model}: {sum(p.numel() for p in trainer.model.parameters()) / 1e6:.1f}M "
+          f"parameters, {args.dtype}; {args.rows} rows x ({args.prompt} prompt + {args.completion} completion) "
+          f"tokens, micro-batch {args.micro_batch}; {device}; Python {platform.python_version()}, "
+          f"torch {torch.__version__}")
     packed, _ = bench_fsdp(args, rows, pack=True)
     results.append(("fsdp (packed)", packed))
     if not args.skip_trl:

@@ -29,14 +29,21 @@ from agentgym.sandbox.base import LANGUAGES, ExecResult, Limits, Sandbox
 from agentgym.sandbox.docker import DockerSandbox
 from agentgym.sandbox.local import LocalSandbox
 
-__all__ = ["LANGUAGES", "DockerSandbox", "ExecResult", "Limits", "LocalSandbox", "Sandbox",
-           "open_sandbox"]
+__all__ = ["BACKENDS", "LANGUAGES", "DockerSandbox", "ExecResult", "Limits", "LocalSandbox",
+           "Sandbox", "check_backend", "open_sandbox"]
 
 _log = logging.getLogger("agentgym.sandbox")
 
 _DOCKER_OPTIONS = {"image", "pool_size", "max_containers", "docker_host", "work_mb"}
 _LOCAL_OPTIONS = {"use_bwrap", "python"}
-_BACKENDS = ("auto", "docker", "local")
+#: The backends :func:`open_sandbox` takes.
+BACKENDS = ("auto", "docker", "local")
+
+
+def check_backend(backend: str) -> None:
+    """Raise :class:`ConfigError` unless ``backend`` is one of :data:`BACKENDS`."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}.")
 
 
 def open_sandbox(backend: str = "auto", limits: Limits | None = None,
@@ -50,8 +57,7 @@ def open_sandbox(backend: str = "auto", limits: Limits | None = None,
     ``max_containers``, ``docker_host``, ``work_mb`` for Docker; ``use_bwrap``,
     ``python`` for local).
     """
-    if backend not in _BACKENDS:
-        raise ConfigError(f"backend must be one of {', '.join(_BACKENDS)}; got {backend!r}.")
+    check_backend(backend)
     allowed = {"auto": _DOCKER_OPTIONS | _LOCAL_OPTIONS, "docker": _DOCKER_OPTIONS,
                "local": _LOCAL_OPTIONS}[backend]
     unknown = sorted(set(backend_options) - allowed)

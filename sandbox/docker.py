@@ -56,7 +56,7 @@ from agentgym.sandbox.base import ExecResult, Limits, Sandbox
 from agentgym.sandbox.container import (LABEL, LABEL_ID, LABEL_OWNER, ContainerBroken,
                                         ContainerSpec, SandboxContainer, owner_label,
                                         remove_container, sandbox_containers)
-from agentgym.sandbox.image import DEFAULT_IMAGE, SANDBOX_UID
+from agentgym.sandbox.image import DEFAULT_IMAGE, SANDBOX_UID, image_exists
 from agentgym.sandbox.protocol import build_request, to_result
 
 __all__ = ["DockerSandbox", "connect", "docker_problem"]
@@ -104,13 +104,9 @@ def _probe(url: str) -> None:
 
 
 def _check_image(api: Any, image: str) -> None:
-    import docker.errors
-
-    try:
-        api.inspect_image(image)
-    except docker.errors.ImageNotFound as exc:
+    if not image_exists(api, image):
         raise SandboxUnavailable(f"The Docker image {image!r} is not there: build it with "
-                                 "`agentgym sandbox build`.") from exc
+                                 "`agentgym sandbox build`.")
 
 
 def docker_problem(image: str = DEFAULT_IMAGE, docker_host: str | None = None) -> str | None:

@@ -30,6 +30,8 @@ from agentgym.errors import ConfigError
 
 __all__ = [
     "AdvantageMethod",
+    "Correction",
+    "CorrectionLevel",
     "LossAggregation",
     "LossConfig",
     "LossOutput",
@@ -43,6 +45,8 @@ __all__ = [
 
 AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo"]
 LossAggregation = Literal["token_mean", "sequence_mean", "constant_sum"]
+Correction = Literal["none", "truncate", "mask"]
+CorrectionLevel = Literal["token", "sequence"]
 
 
 def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -109,8 +113,8 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 def importance_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor,
-                       *, mode: Literal["none", "truncate", "mask"] = "truncate",
-                       level: Literal["token", "sequence"] = "token", cap: float = 2.0) -> torch.Tensor:
+                       *, mode: Correction = "truncate", level: CorrectionLevel = "token",
+                       cap: float = 2.0) -> torch.Tensor:
     """Weights that correct for the server sampling with slightly different numbers than the trainer.
 
     ratio = pi_old / pi_rollout per token, or per sequence (the product over its
@@ -148,9 +152,9 @@ class LossConfig:
     """The constant of ``constant_sum``."""
     kl_coef: float = 0.0
     """Weight of the k3 KL to the reference model (0: no reference needed)."""
-    correction: Literal["none", "truncate", "mask"] = "truncate"
+    correction: Correction = "truncate"
     """Importance-sampling correction against the rollout logprobs."""
-    correction_level: Literal["token", "sequence"] = "token"
+    correction_level: CorrectionLevel = "token"
     correction_cap: float = 2.0
 
     def __post_init__(self) -> None:

@@ -26,12 +26,13 @@ from typing import Any, Literal, get_args
 import yaml
 
 from agentgym.core import check_number
-from agentgym.errors import ConfigError
-from agentgym.trainers.algorithms import AdvantageMethod, LossAggregation, LossConfig
+from agentgym.errors import ConfigError, MissingDependencyError
+from agentgym.trainers.algorithms import AdvantageMethod, Correction, CorrectionLevel, LossAggregation, LossConfig
 
-__all__ = ["Backend", "TrainConfig"]
+__all__ = ["Backend", "LRSchedule", "TrainConfig"]
 
 Backend = Literal["fsdp", "trl"]
+LRSchedule = Literal["constant", "linear", "cosine"]
 _ENGINES = ("builtin", "vllm")
 _DTYPES = ("float32", "bfloat16")
 
@@ -108,7 +109,7 @@ class TrainConfig:
     """AdamW betas."""
     warmup_steps: int = 0
     """Linear warm-up of the learning rate over this many optimiser steps."""
-    lr_schedule: Literal["constant", "linear", "cosine"] = "cosine"
+    lr_schedule: LRSchedule = "cosine"
     """How the learning rate falls after the warm-up, over the run's optimiser steps."""
     min_lr_ratio: float = 0.1
     """Where ``linear`` and ``cosine`` end, as a fraction of ``lr``."""
@@ -139,9 +140,9 @@ class TrainConfig:
     """token_mean, sequence_mean or constant_sum (Dr. GRPO)."""
     kl_coef: float = 0.0
     """Weight of the KL to the initial model (0: no reference model is kept)."""
-    correction: Literal["none", "truncate", "mask"] = "truncate"
+    correction: Correction = "truncate"
     """Importance-sampling correction against the server's logprobs."""
-    correction_level: Literal["token", "sequence"] = "token"
+    correction_level: CorrectionLevel = "token"
     """Per token or per sequence."""
     correction_cap: float = 2.0
     """Cap of the importance weight."""
@@ -210,8 +211,8 @@ class TrainConfig:
         choices: dict[str, tuple[Any, ...]] = {
             "backend": get_args(Backend), "engine": _ENGINES, "dtype": _DTYPES,
             "advantage": get_args(AdvantageMethod), "aggregation": get_args(LossAggregation),
-            "correction": ("none", "truncate", "mask"), "correction_level": ("token", "sequence"),
-            "lr_schedule": ("constant", "linear", "cosine"),
+            "correction": get_args(Correction), "correction_level": get_args(CorrectionLevel),
+            "lr_schedule": get_args(LRSchedule),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -249,10 +250,25 @@ class TrainConfig:
                           max_tokens=self.max_tokens, kl_coef=self.kl_coef, correction=self.correction,
                           correction_level=self.correction_level, correction_cap=self.correction_cap)
 
+    def lora_config(self) -> Any:
+        """peft's ``LoraConfig`` of the ``lora_*`` fields (both backends train the adapter it describes)."""
+        try:
+            from peft import LoraConfig
+        except ImportError as exc:
+            raise MissingDependencyError("--lora needs peft: pip install 'agentgym[train]'.") from exc
+        targets = "all-linear" if self.lora_target_modules == ["all-linear"] else self.lora_target_modules
+        return LoraConfig(r=self.lora_rank, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                          target_modules=targets, task_type="CAUSAL_LM")
+
+    @property
+    def updates_per_step(self) -> int:
+        """Optimiser steps per training step: one per mini-batch, each epoch."""
+        return self.mini_batches * self.epochs
+
     @property
     def optimizer_steps_total(self) -> int:
         """Optimiser steps of the whole run (the learning-rate schedule's length)."""
-        return self.steps * self.mini_batches * self.epochs
+        return self.steps * self.updates_per_step
 
     @property
     def groups_per_step(self) -> int:

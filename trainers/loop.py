@@ -36,7 +36,7 @@ from agentgym.trainers.fsdp import FSDPTrainer, init_distributed
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentgym.trainers.fsdp.distributed import broadcast_object
 from agentgym.trainers.metrics import MetricsLogger
-from agentgym.trainers.rollouts import collect_step, drop_stale, episode_stats, format_warmup_rows
+from agentgym.trainers.rollouts import StepRollout, drop_stale, episode_stats, format_warmup_rows, play_step
 
 __all__ = ["LoopState", "TrainResult", "run_training"]
 
@@ -204,6 +204,7 @@ class _Serving:
         self.config = config
         self.main = trainer.dist.is_main
         self.model_path = trainer.model_path
+        self.tokenizer = trainer.tokenizer
         self.renderer: Any = None
         self._stack = contextlib.ExitStack()
         self.base_url = config.base_url
@@ -211,16 +212,11 @@ class _Serving:
         self._sync: Any = None
 
     def __enter__(self) -> Self:
-        online = self.config.trajectories is None
-        if not self.main or not online and self.config.format_warmup_episodes == 0:
-            return self
-        from transformers import AutoTokenizer
-
+        if not self.main or self.config.trajectories is not None:
+            return self  # offline: no server, no episodes, no warm-up
         from agentgym.rollout.chat import ChatRenderer
 
-        self.renderer = ChatRenderer(AutoTokenizer.from_pretrained(self.model_path))
-        if not online:
-            return self
+        self.renderer = ChatRenderer(self.tokenizer)  # the trainer's, not loaded again
         if self.base_url is None:
             from agentgym.serve.launch import BuiltinServer
 
@@ -233,18 +229,8 @@ class _Serving:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def rollout(self, step: int) -> Any:
-        from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
-
-        sampling = SamplingConfig(temperature=self.config.temperature, top_p=self.config.top_p,
-                                  max_tokens=self.config.max_tokens)
-
-        async def play() -> Any:
-            async with OpenAIPolicy(self.base_url, self.model_name, api_key=self.config.api_key, sampling=sampling,
-                                    max_connections=self.config.concurrency) as policy:
-                return await collect_step(self.config, step, policy, self.renderer)
-
-        return asyncio.run(play())
+    def rollout(self, step: int) -> StepRollout:
+        return asyncio.run(play_step(self.config, step, self.base_url, self.model_name, self.renderer))
 
     def push(self, trainer: FSDPTrainer) -> float:
         """Send the trainer's weights to the server; seconds taken (0 when there is nothing to sync)."""

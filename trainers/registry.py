@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import importlib.metadata
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.errors import ConfigError, PluginLoadWarning, RegistryError, UnknownTrainerError
+from agentgym.registry import load_entry_points
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -157,21 +157,11 @@ def load_trainer_plugins() -> list[str]:
     the other trainers still work.
     """
     failed = []
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        key = f"{entry.name}={entry.value}"
-        if key in _LOADED_PLUGINS:
-            continue
-        _LOADED_PLUGINS.add(key)
-        try:
-            target = entry.load()
-            if callable(target):
-                target()
-        # A third-party plugin may fail in any way at all; the built-in trainers must still work.
-        except Exception as exc:  # noqa: BLE001
-            failed.append(entry.name)
-            warnings.warn(f"agentgym trainer plugin {entry.name!r} ({entry.value}) failed to load: "
-                          f"{type(exc).__name__}: {exc}. Fix or uninstall that package.",
-                          PluginLoadWarning, stacklevel=2)
+    for entry, exc in load_entry_points(ENTRY_POINT_GROUP, _LOADED_PLUGINS):
+        failed.append(entry.name)
+        warnings.warn(f"agentgym trainer plugin {entry.name!r} ({entry.value}) failed to load: "
+                      f"{type(exc).__name__}: {exc}. Fix or uninstall that package.",
+                      PluginLoadWarning, stacklevel=2)
     return failed
 
 

@@ -16,11 +16,12 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
-from agentgym.rollout.policy import OpenAIPolicy
+from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows", "rollout_config"]
+__all__ = ["StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows", "play_step",
+           "rollout_config"]
 
 _WARMUP_SEED_OFFSET = 1_000_000  # warm-up seeds never meet the training steps' seeds
 
@@ -56,6 +57,18 @@ async def collect_step(config: TrainConfig, step: int, policy: OpenAIPolicy,
     stats = episode_stats(rows)
     stats["rollout_tokens_per_s"] = stats.get("sampled_tokens", 0.0) / max(seconds, 1e-9)
     return StepRollout(rows=rows, seconds=seconds, stats=stats)
+
+
+async def play_step(config: TrainConfig, step: int, base_url: str, model_name: str,
+                    renderer: ChatRenderer) -> StepRollout:
+    """:func:`collect_step` against the server at ``base_url``, requests naming ``model_name``.
+
+    Sampling and connections come from ``config``; both backends roll out through it.
+    """
+    sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens)
+    async with OpenAIPolicy(base_url, model_name, api_key=config.api_key, sampling=sampling,
+                            max_connections=config.concurrency) as policy:
+        return await collect_step(config, step, policy, renderer)
 
 
 async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> list[TrajectoryRow]:

@@ -34,13 +34,9 @@ gathered one) and writes every tensor under its name, tied ones included
 
 from __future__ import annotations
 
-import http.client
-import json
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +44,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from agentgym.errors import ConfigError, MissingDependencyError, WeightSyncError
-from agentgym.serve.vllm import reload_weights
+from agentgym.errors import ConfigError, MissingDependencyError
+from agentgym.serve.vllm import _request_json, reload_weights
 
 __all__ = [
     "BuiltinSync",
@@ -68,8 +64,6 @@ __all__ = [
 #: The ``method`` names :func:`make_weight_sync` understands.
 SYNC_METHODS = ("builtin", "vllm", "lora", "nccl")
 _WEIGHTS_FILE = "model.safetensors"
-# urllib without proxies: a sync goes straight to the server, never through an HTTP proxy.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 Weights = torch.nn.Module | Mapping[str, torch.Tensor]
 """What ``push`` takes: a module, or a (full) state dict."""
@@ -179,28 +173,6 @@ def _root(url: str) -> str:
     return url.rstrip("/").removesuffix("/v1")
 
 
-def _request(url: str, body: Any = None, *, method: str = "POST", timeout: float,
-             api_key: str | None, hint: str) -> Any:
-    """Send ``body`` as JSON; the parsed answer (None when empty). WeightSyncError on failure."""
-    headers = {"Content-Type": "application/json"}
-    if api_key is not None:
-        headers["Authorization"] = f"Bearer {api_key}"
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers=headers, method=method)
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            text = response.read().decode()
-    except urllib.error.HTTPError as error:
-        detail = error.read().decode(errors="replace")[:2000]
-        raise WeightSyncError(f"{method} {url} answered {error.code}: {detail} {hint}") from error
-    except (OSError, http.client.HTTPException) as error:
-        raise WeightSyncError(f"{method} {url} failed: {error}. Is the server running?") from error
-    try:
-        return json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return text  # vLLM's LoRA routes answer plain text
-
-
 def _check_version(version: int | None, last: int) -> int:
     if version is None:
         return last + 1
@@ -209,17 +181,12 @@ def _check_version(version: int | None, last: int) -> int:
     return version
 
 
-class _FolderSync:
-    """What the syncs that hand the server a folder share: where, who, and the version pushed."""
+class _Sync:
+    """What every sync shares: the server, the name requests use, and the version pushed last."""
 
-    _prefix = "agentgym-sync-"
-
-    def __init__(self, url: str, *, model_name: str = "", folder: str | Path | None = None,
-                 api_key: str | None = None, timeout: float = 300.0) -> None:
+    def __init__(self, url: str, *, model_name: str, timeout: float) -> None:
         self.url = _root(url)
         self._model_name = model_name
-        self._scratch = _Scratch(folder, self._prefix)
-        self.api_key = api_key
         self.timeout = timeout
         self._version = 0
 
@@ -230,6 +197,18 @@ class _FolderSync:
     @property
     def model_name(self) -> str:
         return self._model_name
+
+
+class _FolderSync(_Sync):
+    """A sync that hands the server a folder: where it writes, and the key it sends."""
+
+    _prefix = "agentgym-sync-"
+
+    def __init__(self, url: str, *, model_name: str = "", folder: str | Path | None = None,
+                 api_key: str | None = None, timeout: float = 300.0) -> None:
+        super().__init__(url, model_name=model_name, timeout=timeout)
+        self._scratch = _Scratch(folder, self._prefix)
+        self.api_key = api_key
 
     def close(self) -> None:
         self._scratch.close()
@@ -248,11 +227,11 @@ class BuiltinSync(_FolderSync):
         started = time.perf_counter()
         wanted = _check_version(version, self._version)
         size = save_weights(weights, self._scratch.path)
-        answer = _request(
+        answer = _request_json(
             f"{self.url}/update_weights",
             {"weights_path": str(self._scratch.path / _WEIGHTS_FILE), "version": wanted},
             timeout=self.timeout, api_key=self.api_key,
-            hint="Is this agentgym's built-in server, with the trainer's architecture?")
+            hint=" Is this agentgym's built-in server, with the trainer's architecture?")
         self._version = int(answer["policy_version"]) if isinstance(answer, dict) else wanted
         return SyncResult(self._version, self._model_name, time.perf_counter() - started, size)
 
@@ -274,17 +253,17 @@ class VLLMSync(_FolderSync):
         wanted = _check_version(version, self._version)
         size = save_weights(weights, self._scratch.path)
         reload_weights(self.url, self._scratch.path, timeout=self.timeout, api_key=self.api_key)
-        _request(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
-                 timeout=self.timeout, api_key=self.api_key,
-                 hint="vLLM 0.32 or newer in dev mode (VLLM_SERVER_DEV_MODE=1) has this route.")
+        _request_json(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
+                      timeout=self.timeout, api_key=self.api_key,
+                      hint=" vLLM 0.32 or newer in dev mode (VLLM_SERVER_DEV_MODE=1) has this route.")
         self._version = wanted
         return SyncResult(wanted, self._model_name, time.perf_counter() - started, size)
 
 
 def served_weight_version(url: str, *, api_key: str | None = None, timeout: float = 30.0) -> str | None:
     """The weight version a vLLM server reports (``GET /weight_info``)."""
-    answer = _request(f"{_root(url)}/weight_info", method="GET", timeout=timeout, api_key=api_key,
-                      hint="vLLM 0.32 or newer in dev mode has this route.")
+    answer = _request_json(f"{_root(url)}/weight_info", method="GET", timeout=timeout, api_key=api_key,
+                           hint=" vLLM 0.32 or newer in dev mode has this route.")
     return answer.get("weight_version") if isinstance(answer, dict) else None
 
 
@@ -334,9 +313,9 @@ class LoRASync(_FolderSync):
         folder = self._scratch.path / f"v{wanted}"
         weights.save_pretrained(str(folder))
         size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-        _request(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)},
-                 timeout=self.timeout, api_key=self.api_key,
-                 hint="vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.")
+        _request_json(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)},
+                      timeout=self.timeout, api_key=self.api_key,
+                      hint=" vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.")
         self._loaded.append((name, folder))
         self._version = wanted
         self._unload_old()
@@ -345,15 +324,15 @@ class LoRASync(_FolderSync):
     def _unload_old(self) -> None:
         while len(self._loaded) > self.keep:
             name, folder = self._loaded.pop(0)
-            _request(f"{self.url}/v1/unload_lora_adapter", {"lora_name": name},
-                     timeout=self.timeout, api_key=self.api_key, hint="")
+            _request_json(f"{self.url}/v1/unload_lora_adapter", {"lora_name": name},
+                          timeout=self.timeout, api_key=self.api_key, hint="")
             shutil.rmtree(folder, ignore_errors=True)
 
 
 # -- vLLM on GPUs: NCCL weight transfer (untested here) ----------------------------------------
 
 
-class VLLMNCCLSync:
+class VLLMNCCLSync(_Sync):
     """Full weights broadcast over NCCL through vLLM's weight-transfer endpoints.
 
     UNTESTED: written against vLLM 0.32's trainer-side API
@@ -371,24 +350,13 @@ class VLLMNCCLSync:
     def __init__(self, url: str, *, model_name: str = "", master_address: str = "127.0.0.1",
                  master_port: int = 29600, world_size: int = 2, rank: int = 0,
                  timeout: float = 300.0) -> None:
-        self.url = _root(url)
-        self._model_name = model_name
+        super().__init__(url, model_name=model_name, timeout=timeout)
         self.master_address = master_address
         self.master_port = master_port
         self.world_size = world_size
         self.rank = rank
-        self.timeout = timeout
-        self._version = 0
         self._engine: Any = None
         self._module: torch.nn.Module | None = None
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    @property
-    def model_name(self) -> str:
-        return self._model_name
 
     def push(self, weights: Weights, *, version: int | None = None) -> SyncResult:
         if not isinstance(weights, torch.nn.Module):
@@ -401,8 +369,8 @@ class VLLMNCCLSync:
             self._module = weights
         self._engine.send_weights()
         if self.rank == 0:
-            _request(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
-                     timeout=self.timeout, api_key=None, hint="")
+            _request_json(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
+                          timeout=self.timeout, api_key=None, hint="")
         self._version = wanted
         size = sum(p.numel() * p.element_size() for p in weights.parameters())
         return SyncResult(wanted, self._model_name, time.perf_counter() - started, size)

@@ -49,6 +49,7 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.algorithms import masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, row_advantages
 from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.rollouts import play_step
 from agentgym.trainers.sft import quiet_trl, without_printer
 
 __all__ = [
@@ -80,9 +81,9 @@ def grpo_args(config: TrainConfig, output_dir: str | Path) -> GRPOConfig:
             f"mini_batches ({config.mini_batches}) of whole micro-batches of micro_batch_size "
             f"({config.micro_batch_size}); e.g. --micro-batch-size {_divisor(per_mini, micro)}.")
     accumulation = per_mini // micro
-    optimizer_steps = config.mini_batches * config.epochs
-    schedule = _SCHEDULES.get(getattr(config, "lr_schedule", "constant"), "constant_with_warmup")
-    min_ratio = float(getattr(config, "min_lr_ratio", 0.0))
+    optimizer_steps = config.updates_per_step
+    schedule = _SCHEDULES[config.lr_schedule]
+    min_ratio = config.min_lr_ratio
     kwargs: dict[str, Any] = {}
     if schedule == "cosine_with_min_lr":
         kwargs = {"min_lr_rate": min_ratio}
@@ -170,28 +171,18 @@ class EnvRollout(_RolloutBase):
         self.base_url = base_url
         self.model_name = model_name
         self.on_rows = on_rows
-        self.optimizer_steps = config.mini_batches * config.epochs
+        self.optimizer_steps = config.updates_per_step
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         if len(prompts) != self.config.episodes_per_step:
             raise ConfigError(f"TRL asked for {len(prompts)} episodes, the config for "
                               f"{self.config.episodes_per_step}: the trl backend runs in one process only.")
         step = trainer.state.global_step // self.optimizer_steps
-        rollout = asyncio.run(self._play(step))
+        rollout = asyncio.run(play_step(self.config, step, self.base_url, self.model_name, self.renderer))
         self.stats, self.seconds = dict(rollout.stats), rollout.seconds
         if self.on_rows is not None:
             self.on_rows(step, rollout.rows)
         return self._output(rollout.rows, self.renderer.eos_id)
-
-    async def _play(self, step: int) -> Any:
-        from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
-        from agentgym.trainers.rollouts import collect_step
-
-        sampling = SamplingConfig(temperature=self.config.temperature, top_p=self.config.top_p,
-                                  max_tokens=self.config.max_tokens)
-        async with OpenAIPolicy(self.base_url, self.model_name, api_key=self.config.api_key,
-                                sampling=sampling, max_connections=self.config.concurrency) as policy:
-            return await collect_step(self.config, step, policy, self.renderer)
 
 
 class FixedRollout(_RolloutBase):
@@ -368,18 +359,6 @@ def _latest_trl_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _peft_config(config: TrainConfig) -> Any:
-    if not config.lora:
-        return None
-    from peft import LoraConfig
-
-    targets: Any = config.lora_target_modules
-    if targets == ["all-linear"]:
-        targets = "all-linear"
-    return LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")
-
-
 def _base_model(config: TrainConfig, out: Path, resuming: bool, log: Any) -> tuple[Any, Any, str, Any]:
     """The model to train, its tokenizer, the folder it was loaded from (the warm-up's when one ran)
     and the warm-up's optimiser (None without one)."""
@@ -455,7 +434,7 @@ def run_trl(config: TrainConfig, *, console: Any = None) -> Any:
     if checkpoint is not None and not config.resume:
         raise ConfigError(f"{str(out)!r} already holds a training run. Continue it with --resume, "
                           "or choose another --out.")
-    optimizer_steps = config.mini_batches * config.epochs
+    optimizer_steps = config.updates_per_step
     start_step = int(checkpoint.name.split("-")[-1]) // optimizer_steps if checkpoint else 0
     config.save_yaml(out / "config.yaml")
     result = TrainResult(out=out)
@@ -466,7 +445,7 @@ def run_trl(config: TrainConfig, *, console: Any = None) -> Any:
                                  on_rows=log.log_samples)
             callback = SyncCallback(rollout, optimizer_steps, sync=sync, log=log)
             trainer = AgentGymGRPOTrainer(config, model, tokenizer, rollout, args=grpo_args(config, out / "trl"),
-                                          callbacks=[callback], peft_config=_peft_config(config),
+                                          callbacks=[callback], peft_config=config.lora_config() if config.lora else None,
                                           optimizer=optimizer)
             if checkpoint is not None:
                 log.note(f"Resuming from {checkpoint} (step {start_step}).")
@@ -498,7 +477,7 @@ def trl_train_on_rows(config: TrainConfig, rows: Sequence[TrajectoryRow], *, ste
     loaded, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
     rollout = FixedRollout(rows, tokenizer.eos_token_id)
     timed = config.updated({"steps": steps, "checkpoint_every": 10**6})
-    optimizer_steps = timed.mini_batches * timed.epochs
+    optimizer_steps = timed.updates_per_step
     callback = SyncCallback(rollout, optimizer_steps)
     with tempfile.TemporaryDirectory(prefix="agentgym-trl-bench-") as scratch:
         trainer = AgentGymGRPOTrainer(timed, model if model is not None else loaded, tokenizer, rollout,

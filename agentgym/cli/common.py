@@ -26,13 +26,16 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}``."""
+def parse_env_kwargs(pairs: list[str], option: str = "--env-kwarg") -> dict[str, Any]:
+    """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}``.
+
+    Values are read as YAML; ``option`` is the flag that errors name (any KEY=VALUE flag).
+    """
     kwargs: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise fail(f"--env-kwarg takes KEY=VALUE, got {pair!r}.")
+            raise fail(f"{option} takes KEY=VALUE, got {pair!r}.")
         try:
             kwargs[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError as exc:

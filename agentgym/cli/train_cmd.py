@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from rich.markup import escape
 
 from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
@@ -59,7 +58,7 @@ def train_command(
         "resume": resume or None, "tensorboard": tensorboard or None, "wandb": wandb or None,
         "env_kwargs": parse_env_kwargs(env_kwarg) or None,
     }
-    flags.update(_assignments(assignments))
+    flags.update(parse_env_kwargs(assignments, option="--set"))
     try:
         config = _load_config(config_file, flags)
         result = _dispatch(config)
@@ -74,19 +73,6 @@ def train_command(
 def _is_main_process() -> bool:
     """Rank 0 under torchrun (the one that talks), or a lone process."""
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def _assignments(pairs: list[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise fail(f"--set takes KEY=VALUE, got {pair!r}.")
-        try:
-            values[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise fail(f"could not read the value of {key!r} ({value!r}): {exc}") from exc
-    return values
 
 
 def _load_config(config_file: Path | None, flags: dict[str, Any]) -> Any:

@@ -87,7 +87,8 @@ class ChatRenderer:
         is cut at its last special token (a tokenizer never merges across one), so
         only the reply's own turn is encoded; the ids before the cut are the
         ``head``. Used only if it gives the very same ids as the template on
-        awkward samples. Returns (text before the reply, after it, head ids).
+        awkward samples. Returns (text before the reply, after it, the ids of
+        the reply-less conversation past the head: what a reply's encoding starts with).
         """
         marker = "\x00agentgym-reply\x00"
         text = self.tokenizer.apply_chat_template(
@@ -106,7 +107,7 @@ class ChatRenderer:
             exact = self._render(self._probe(with_reply=True, reply=sample), generation_prompt=True)
             if head_ids + self._encode(before + sample + after) != exact:
                 return None
-        return before, after, head_ids
+        return before, after, self._base[len(head_ids) :]
 
     def _special_texts(self) -> list[str]:
         """The text of every added (special) token, e.g. ``<|im_start|>``."""
@@ -121,8 +122,8 @@ class ChatRenderer:
     def reply_ids(self, observation: str) -> list[int]:
         """Ids of the env's reply as the next user turn, up to the assistant header."""
         if self._splice is not None:
-            before, after, head_ids = self._splice
-            full, base = self._encode(before + observation + after), self._base[len(head_ids) :]
+            before, after, base = self._splice
+            full = self._encode(before + observation + after)
         else:
             full = self._render(self._probe(with_reply=True, reply=observation), generation_prompt=True)
             base = self._base

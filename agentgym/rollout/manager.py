@@ -97,15 +97,23 @@ class RolloutConfig:
 
 @dataclass
 class _Segment:
-    """One training row being built."""
+    """One training row being built.
 
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
+    ``ids`` is the row's whole context, its prompt (the first ``prompt_length``
+    ids) then its completion so far: the very list sent as the next prompt, so
+    a turn never rebuilds it.
+    """
+
+    ids: list[int]
+    prompt_length: int = field(init=False)
     completion_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.prompt_length = len(self.ids)
+
     def add(self, ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
-        self.completion_ids += ids
+        self.ids += ids
         self.completion_mask += [int(sampled)] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
@@ -132,8 +140,8 @@ class _Episode:
 
     @property
     def context(self) -> list[int]:
-        segment = self.segments[-1]
-        return segment.prompt_ids + segment.completion_ids
+        """The ids the policy continues from (the current row's own list: read, don't modify)."""
+        return self.segments[-1].ids
 
 
 class _Stepper:
@@ -234,7 +242,7 @@ class EnvManager:
             episode.messages += [Message(role="system", content=instructions),
                                  Message(role="user", content=observation)]
             prompt = self.renderer.prompt_ids(instructions, observation) if self.renderer else []
-            episode.segments.append(_Segment(prompt_ids=prompt))
+            episode.segments.append(_Segment(prompt))
             stepper = _Stepper(env, pool)
             while True:
                 generation = await self._generate(episode, env)
@@ -303,11 +311,11 @@ class EnvManager:
                 ids.append(self.renderer.eos_id)  # the turn ended by choice: stopping is learned too
             logprobs = None
             episode.retokenized = episode.retokenized or isinstance(self.policy, OpenAIPolicy)
-        if generation.prompt_ids is not None and list(generation.prompt_ids) != episode.context:
+        if generation.prompt_ids is not None and generation.prompt_ids != episode.context:
             # The server did not see the ids we sent: rows built on our ids would
             # misalign the logprobs, so the row goes on from what it did see.
-            seen = _Segment(prompt_ids=list(generation.prompt_ids))
-            if episode.segments[-1].completion_ids:
+            seen = _Segment(list(generation.prompt_ids))
+            if episode.segments[-1].completion_mask:
                 episode.segments.append(seen)
             else:  # nothing recorded on the old prompt yet: no empty row
                 episode.segments[-1] = seen
@@ -316,7 +324,7 @@ class EnvManager:
         segment.add(self.renderer.close_turn_ids(ids), sampled=False)
 
     def _rows(self, episode: _Episode) -> list[TrajectoryRow]:
-        segments = episode.segments or [_Segment(prompt_ids=[])]
+        segments = episode.segments or [_Segment([])]
         episode_id = f"{self.config.env_id}/s{episode.seed}/g{episode.group_id}/e{episode.index_in_group}"
         common = dict(
             episode_id=episode_id, group_id=episode.group_id, index_in_group=episode.index_in_group,
@@ -328,8 +336,8 @@ class EnvManager:
             duration_s=time.monotonic() - episode.started, messages=episode.messages,
         )
         return [
-            TrajectoryRow(row_index=number, prompt_ids=segment.prompt_ids,
-                          completion_ids=segment.completion_ids, completion_mask=segment.completion_mask,
-                          logprobs=segment.logprobs, **common)
+            TrajectoryRow(row_index=number, prompt_ids=segment.ids[: segment.prompt_length],
+                          completion_ids=segment.ids[segment.prompt_length :],
+                          completion_mask=segment.completion_mask, logprobs=segment.logprobs, **common)
             for number, segment in enumerate(segments)
         ]

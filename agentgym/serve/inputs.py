@@ -34,12 +34,8 @@ def completion_params(req: CompletionRequest) -> SamplingParams:
     for field, unset in (("echo", False), ("suffix", ""), ("best_of", 1), ("logit_bias", {}),
                          ("frequency_penalty", 0.0), ("presence_penalty", 0.0)):
         _refuse(field, getattr(req, field), unset)
-    return SamplingParams(
-        max_tokens=16 if req.max_tokens is None else req.max_tokens,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stop=_stop(req.stop),
-        stop_token_ids=tuple(req.stop_token_ids or ()), ignore_eos=req.ignore_eos,
-        logprobs=req.logprobs, skip_special_tokens=req.skip_special_tokens)
+    max_tokens = 16 if req.max_tokens is None else req.max_tokens
+    return _params(req, max_tokens=max_tokens, logprobs=req.logprobs)
 
 
 def refuse_chat_extras(req: ChatCompletionRequest) -> None:
@@ -60,12 +56,18 @@ def chat_params(engine: Engine, req: ChatCompletionRequest, prompt_tokens: int) 
             raise InvalidRequestError(f"max_tokens must be at least 1, got {max_tokens}.",
                                       param="max_tokens")
         engine.check_length(prompt_tokens, max_tokens, param="messages")
-    top = req.top_logprobs or 0
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    return _params(req, max_tokens=max_tokens, logprobs=logprobs)
+
+
+def _params(req: CompletionRequest | ChatCompletionRequest, *, max_tokens: int,
+            logprobs: int | None) -> SamplingParams:
+    """The sampling fields both kinds of request share, with the two they spell differently."""
     return SamplingParams(
         max_tokens=max_tokens, temperature=1.0 if req.temperature is None else req.temperature,
         top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stop=_stop(req.stop),
         stop_token_ids=tuple(req.stop_token_ids or ()), ignore_eos=req.ignore_eos,
-        logprobs=top if req.logprobs else None, skip_special_tokens=req.skip_special_tokens)
+        logprobs=logprobs, skip_special_tokens=req.skip_special_tokens)
 
 
 def prompt_ids(engine: Engine, prompt: object) -> list[list[int]]:

@@ -83,6 +83,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # `--max-lora-rank` choices in vLLM 0.32
 _IMPORT_TIMEOUT_S = 120.0  # importing vllm takes ~5 s here; a cold disk can take much longer
 _STOP_GRACE_S = 15.0
+_DEV_MODE_HINT = ". Is vLLM running with VLLM_SERVER_DEV_MODE=1 (VLLMServer and serve_vllm set it)?"
 
 
 # -- finding vLLM ------------------------------------------------------------------------
@@ -448,26 +449,32 @@ def reload_weights(url: str, weights_dir: str | os.PathLike[str], *, timeout: fl
         raise WeightSyncError(f"{folder} holds no *.safetensors file; save the model with "
                               f"save_pretrained(folder) (safetensors is its default) first.")
     body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
-    _post_json(f"{root}/collective_rpc", body, timeout=timeout, api_key=api_key)
-    _post_json(f"{root}/reset_prefix_cache", None, timeout=timeout, api_key=api_key)
+    _request_json(f"{root}/collective_rpc", body, timeout=timeout, api_key=api_key)
+    _request_json(f"{root}/reset_prefix_cache", None, timeout=timeout, api_key=api_key)
 
 
-def _post_json(url: str, body: Any, *, timeout: float, api_key: str | None) -> Any:
-    """POST ``body`` as JSON (no body when None) and return the parsed answer."""
+def _request_json(url: str, body: Any = None, *, method: str = "POST", timeout: float,
+                  api_key: str | None, hint: str = _DEV_MODE_HINT) -> Any:
+    """Send ``body`` as JSON (no body when None); the parsed answer (None when empty).
+
+    An answer that is not JSON comes back as text (vLLM's LoRA routes answer so).
+    :class:`WeightSyncError` on failure; ``hint``, appended to the server's answer,
+    says what the route needs. Also the weight sync's client (``agentgym.trainers.sync``).
+    """
     headers = {"Content-Type": "application/json"}
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with _LOOPBACK_OPENER.open(request, timeout=timeout) as response:
             text = response.read().decode()
     except urllib.error.HTTPError as error:
         detail = error.read().decode(errors="replace")[:2000]
-        raise WeightSyncError(
-            f"POST {url} answered {error.code}: {detail}. Is vLLM running with "
-            f"VLLM_SERVER_DEV_MODE=1 (VLLMServer and serve_vllm set it)?"
-        ) from error
+        raise WeightSyncError(f"{method} {url} answered {error.code}: {detail}{hint}") from error
     except (OSError, http.client.HTTPException) as error:
-        raise WeightSyncError(f"POST {url} failed: {error}. Is the server running?") from error
-    return json.loads(text) if text else None
+        raise WeightSyncError(f"{method} {url} failed: {error}. Is the server running?") from error
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return text

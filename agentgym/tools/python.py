@@ -9,18 +9,16 @@ calls (the sandbox wipes its work dir), which the tool's description tells the
 agent. The code runs with the sandbox's limits; ``timeout`` shortens the wall
 clock of one call.
 
-Which sandbox: the one given, or else one shared by every python tool of the
-process, opened with :func:`agentgym.sandbox.open_sandbox` on first use (Docker
-when the engine and image are there, else the local fallback) and closed at
-interpreter exit or by :func:`close_shared_sandbox`. Sharing matters because
-the rollout manager builds one env per episode: a Docker pool per episode
-would start containers for every episode.
+Which sandbox: the one given, or else the process's shared ``"auto"`` sandbox
+(:mod:`agentgym.sandbox.shared`, the one code envs borrow too), opened on first
+use (Docker when the engine and image are there, else the local fallback) and
+held until :func:`close_shared_sandbox` or interpreter exit. Sharing matters
+because the rollout manager builds one env per episode: a Docker pool per
+episode would start containers for every episode.
 """
 
 from __future__ import annotations
 
-import atexit
-import threading
 from typing import TYPE_CHECKING, Any
 
 from agentgym.core import check_number
@@ -32,29 +30,21 @@ if TYPE_CHECKING:
 
 __all__ = ["PythonTool", "close_shared_sandbox", "format_result", "shared_sandbox"]
 
-_shared: Sandbox | None = None
-_shared_lock = threading.Lock()
-
 
 def shared_sandbox() -> Sandbox:
-    """The sandbox python tools use when given none: opened on first use, closed at exit."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            from agentgym.sandbox import open_sandbox  # the sandbox pillar loads only when used
+    """The sandbox python tools use when given none: the process's shared ``"auto"`` sandbox,
+    borrowed on first use and held until :func:`close_shared_sandbox` or exit."""
+    from agentgym.sandbox.shared import hold_sandbox  # the sandbox pillar loads only when used
 
-            _shared = open_sandbox()
-            atexit.register(close_shared_sandbox)
-        return _shared
+    return hold_sandbox("auto")
 
 
 def close_shared_sandbox() -> None:
-    """Close the shared sandbox, if one is open; the next call opens a new one."""
-    global _shared
-    with _shared_lock:
-        sandbox, _shared = _shared, None
-    if sandbox is not None:
-        sandbox.close()
+    """Give back the tools' hold on the shared sandbox (closed unless a code env still borrows
+    it); the next call to :func:`shared_sandbox` borrows it again, or opens a new one."""
+    from agentgym.sandbox.shared import release_hold
+
+    release_hold("auto")
 
 
 def format_result(result: ExecResult, timeout: float) -> str:

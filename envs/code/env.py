@@ -50,9 +50,9 @@ from agentgym.envs.code.feedback import feedback_text, task_text
 from agentgym.envs.code.loaders import load_problems
 from agentgym.envs.code.problems import Problem, builtin_problems
 from agentgym.envs.code.runner import Evaluation, evaluate
-from agentgym.envs.code.shared import borrow_sandbox, give_back
 from agentgym.errors import ConfigError
-from agentgym.sandbox import Sandbox
+from agentgym.sandbox import Sandbox, check_backend
+from agentgym.sandbox.shared import borrow_sandbox, give_back
 
 __all__ = ["MAX_CODE_CHARS", "CodeEnv"]
 
@@ -60,7 +60,6 @@ __all__ = ["MAX_CODE_CHARS", "CodeEnv"]
 MAX_CODE_CHARS = 100_000
 _log = logging.getLogger(__name__)
 _ANSWER_HINT = "in one ```python block (or inside <answer></answer> tags)"
-_BACKENDS = ("auto", "docker", "local")
 
 
 class CodeEnv(TextEnv):
@@ -119,8 +118,7 @@ class CodeEnv(TextEnv):
             raise ConfigError("No problems to play: problems or dataset is empty.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise ConfigError(f"sandbox must be an agentgym Sandbox, got {type(sandbox).__name__}.")
-        if backend not in _BACKENDS:
-            raise ConfigError(f"backend must be one of {', '.join(_BACKENDS)}; got {backend!r}.")
+        check_backend(backend)
         self.problems: tuple[Problem, ...] = tuple(loaded)
         self._by_id = {problem.id: problem for problem in self.problems}
         self.backend = backend
@@ -139,7 +137,7 @@ class CodeEnv(TextEnv):
     @property
     def sandbox(self) -> Sandbox:
         """The sandbox code runs in: the one given, or the process's shared one for ``backend``
-        (opened on first use; see :mod:`agentgym.envs.code.shared`)."""
+        (opened on first use; see :mod:`agentgym.sandbox.shared`)."""
         if self._sandbox is None:
             self._sandbox = borrow_sandbox(self.backend)
             self._borrowed = True

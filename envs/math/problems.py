@@ -168,10 +168,9 @@ def _fractions(rng: np.random.Generator, level: int) -> MathProblem:
         atoms.append((Fraction(numerator, denominator), rf"\frac{{{numerator}}}{{{denominator}}}"))
     value, text = _combine_randomly(rng, atoms, ops, _LATEX, integers_only=False,
                                     nonnegative=not negative)
-    answer = str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
     return MathProblem(
         f"Compute ${text}$. Give the result as a fraction in lowest terms (or a whole number).",
-        answer, "fractions", level,
+        str(value), "fractions", level,  # str(Fraction): "7" or "7/3", in lowest terms
     )
 
 
@@ -221,10 +220,9 @@ def _linear_with_fraction(rng: np.random.Generator) -> MathProblem:
     c = c if c != a else a + 1
     b, d, e = _int(rng, 1, 9), _int(rng, 1, 9), _int(rng, -20, 20)
     x = Fraction(e - c * d - a * b, a - c)
-    answer = str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
     equation = f"{a}(x + {b}) = {c}(x - {d}){_plus(e)}"
     return MathProblem(f"Solve for x: {equation}. Give x exactly (a fraction if needed).",
-                       answer, "linear", 5)
+                       str(x), "linear", 5)
 
 
 # -- word problems -------------------------------------------------------------

@@ -9,8 +9,8 @@
   single- and multi-hop questions; :mod:`~agentgym.envs.retrieval.data`:
   loading your own corpus and questions from JSONL.
 
-Importing this package loads no optional dependency; bm25s is imported when
-an index is first built.
+Importing this package loads PyStemmer when it is installed (a small C
+extension); bm25s is imported only when an index is first built.
 """
 
 from __future__ import annotations

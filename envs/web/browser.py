@@ -324,10 +324,13 @@ class Browser:
 
     def submit(self, button: Button) -> Page:
         """Send ``button``'s form as the button would."""
-        data = button.form.data(button)
-        if button.method == "POST":
-            return self.open(button.action, method="POST", data=data)
-        parts = urlsplit(button.action)
+        return self._send(button.action, button.method, button.form.data(button))
+
+    def _send(self, action: str, method: str, data: list[tuple[str, str]]) -> Page:
+        """Send form ``data`` to ``action``: POSTed, or as the query of a GET (HTML's rules)."""
+        if method == "POST":
+            return self.open(action, method="POST", data=data)
+        parts = urlsplit(action)
         query = urlencode(data, errors="replace")
         return self.open(urlunsplit((parts.scheme, parts.netloc, parts.path, query, "")))
 
@@ -342,11 +345,7 @@ class Browser:
             button = next((b for b in page.buttons.values() if b.form is form), None)
             if button is not None:
                 return self.submit(button)
-            if form.method == "POST":
-                return self.open(form.action, method="POST", data=form.data())
-            parts = urlsplit(form.action)
-            query = urlencode(form.data(), errors="replace")
-            return self.open(urlunsplit((parts.scheme, parts.netloc, parts.path, query, "")))
+            return self._send(form.action, form.method, form.data())
         raise ToolInputError("this page has no search box; go back or open a page that has one.")
 
     def select(self, option: str) -> Page:

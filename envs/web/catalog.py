@@ -21,7 +21,7 @@ matched exactly (the catalogue is structured), not by fuzzy text.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -279,25 +279,19 @@ def _near_misses(rng: np.random.Generator, product: Product, goal: Goal) -> list
     misses = []
     other_materials = [m for m in kind.materials if m != product.material]
     if product.material in goal.attributes and other_materials:
-        misses.append(_replace(product, material=str(rng.choice(other_materials))))
+        misses.append(replace(product, material=str(rng.choice(other_materials))))
     features = [f for f in goal.attributes if f in product.features]
     if features:
         dropped = tuple(f for f in product.features if f != features[0])
-        misses.append(_replace(product, features=dropped))
+        misses.append(replace(product, features=dropped))
     over = int(goal.max_price * float(rng.uniform(1.1, 1.5))) // 100 * 100 + 99
-    misses.append(_replace(product, price=over))
+    misses.append(replace(product, price=over))
     name, value = goal.options[0]
     without = tuple((n, tuple(v for v in values if v != value) if n == name else values)
                     for n, values in product.options)
     if all(values for _, values in without):
-        misses.append(_replace(product, options=without))
+        misses.append(replace(product, options=without))
     return misses
-
-
-def _replace(product: Product, **changes: object) -> Product:
-    fields = {name: getattr(product, name) for name in Product.__dataclass_fields__}
-    fields.update(changes)
-    return Product(**fields)  # type: ignore[arg-type]
 
 
 def generate_task(rng: np.random.Generator, num_products: int) -> tuple[Catalog, Goal]:
@@ -307,13 +301,12 @@ def generate_task(rng: np.random.Generator, num_products: int) -> tuple[Catalog,
                 for _ in range(num_products)]
     target = products[0]
     goal = _goal_for(rng, target)
-    misses = [_replace(miss, brand=str(rng.choice(BRANDS))) for miss in _near_misses(rng, target, goal)]
+    misses = [replace(miss, brand=str(rng.choice(BRANDS))) for miss in _near_misses(rng, target, goal)]
     pool = products[: max(num_products - len(misses), 1)] + misses  # the target is products[0]
     order = rng.permutation(len(pool))
-    numbered = [_replace(pool[int(i)], id=position) for position, i in enumerate(order)]
+    numbered = [replace(pool[int(i)], id=position) for position, i in enumerate(order)]
     target_id = int(np.flatnonzero(order == 0)[0])
-    return Catalog(numbered), Goal(goal.type, goal.attributes, goal.options, goal.max_price,
-                                   goal.text, target=target_id)
+    return Catalog(numbered), replace(goal, target=target_id)
 
 
 def score_purchase(goal: Goal, product: Product, chosen: dict[str, str]) -> Score:

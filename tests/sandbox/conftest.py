@@ -20,18 +20,16 @@ from agentgym.sandbox.docker import docker_problem
 def no_container_left_behind() -> Iterator[None]:
     """After the session, no sandbox container made by this process may remain.
 
-    The sandboxes that code envs and python tools share are closed at
-    interpreter exit, which comes after this check: close them here first, as
-    exit would.
+    The sandboxes that code envs and python tools share
+    (:mod:`agentgym.sandbox.shared`) are closed at interpreter exit, which comes
+    after this check: close them here first, as exit would.
     """
     yield
     if docker_problem() is not None:
         return
-    from agentgym.envs.code.shared import close_all
-    from agentgym.tools.python import close_shared_sandbox
+    from agentgym.sandbox.shared import close_all
 
     close_all()
-    close_shared_sandbox()
     from agentgym.sandbox.container import owner_label, sandbox_containers
     from agentgym.sandbox.docker import connect
 

@@ -7,6 +7,7 @@ import pytest
 
 from agentgym.errors import ConfigError, SandboxUnavailable
 from agentgym.sandbox import DockerSandbox, ExecResult, Limits, LocalSandbox, Sandbox
+from agentgym.sandbox.shared import close_all
 from agentgym.tools import PythonTool, ToolWrapper
 from agentgym.tools.python import close_shared_sandbox, format_result, shared_sandbox
 from fakes import EchoEnv
@@ -89,6 +90,15 @@ def test_the_wrapper_runs_python_in_the_sandbox(sandbox: Sandbox) -> None:
     assert sandbox.run("print(1)").stdout == "1\n"  # the wrapper does not close a sandbox it was given
 
 
+@pytest.fixture
+def nothing_shared() -> Iterator[None]:
+    """No shared sandbox open: code envs of earlier tests may have left borrows of "auto"."""
+    close_all()
+    yield
+    close_all()
+
+
+@pytest.mark.usefixtures("nothing_shared")
 def test_without_a_sandbox_the_tools_share_one() -> None:
     try:
         first = shared_sandbox()
@@ -97,4 +107,18 @@ def test_without_a_sandbox_the_tools_share_one() -> None:
         close_shared_sandbox()
         assert shared_sandbox() is not first
     finally:
+        close_shared_sandbox()
+
+
+@pytest.mark.usefixtures("nothing_shared")
+def test_the_tools_and_code_envs_share_one_sandbox() -> None:
+    from agentgym.envs.code import CodeEnv
+
+    env = CodeEnv(backend="auto")
+    try:
+        assert env.sandbox is shared_sandbox()
+        close_shared_sandbox()
+        assert env.sandbox.run("print(1)").stdout == "1\n"  # still open: the env borrows it
+    finally:
+        env.close()
         close_shared_sandbox()

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import torch
 
-from agentgym.errors import MissingDependencyError
 from agentgym.models import resolve_model
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.algorithms import LossOutput, masked_mean, policy_loss
@@ -116,15 +115,9 @@ class FSDPTrainer:
         return shard_model(model, self.dist)
 
     def _with_lora(self, model: torch.nn.Module) -> torch.nn.Module:
-        try:
-            from peft import LoraConfig, get_peft_model
-        except ImportError as exc:
-            raise MissingDependencyError("--lora needs peft: pip install 'agentgym[train]'.") from exc
-        targets: str | list[str] = self.config.lora_target_modules
-        if targets == ["all-linear"]:
-            targets = "all-linear"
-        lora = LoraConfig(r=self.config.lora_rank, lora_alpha=self.config.lora_alpha,
-                          lora_dropout=self.config.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
+        lora = self.config.lora_config()  # MissingDependencyError without peft
+        from peft import get_peft_model
+
         return get_peft_model(model, lora)
 
     def _load_reference(self) -> torch.nn.Module | None:
@@ -311,7 +304,7 @@ class FSDPTrainer:
     @property
     def _single_update(self) -> bool:
         """One update per rollout: pi_old is the current policy, so no extra forward pass."""
-        return self.config.epochs * self.config.mini_batches == 1
+        return self.config.updates_per_step == 1
 
     def _remember_old_logprobs(self, local: list[TrainSequence]) -> None:
         """pi_old of every local sequence, with the weights of the step's start.
