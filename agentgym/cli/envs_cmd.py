@@ -48,7 +48,9 @@ def play_command(
     _enable_line_editing()
     env = make_env(env_id, parse_env_kwargs(env_kwarg))
     game: TextEnv = env.unwrapped  # type: ignore[assignment]
-    console.print(Panel(escape(game.instructions), title=env_id))
+    # What the agent is told: a wrapper may extend the env's own instructions (tools).
+    instructions = env.get_wrapper_attr("instructions")
+    console.print(Panel(escape(instructions), title=env_id))
     console.print(f"[dim]{_PLAY_HELP}[/]")
     total, over = _new_level(env, seed), False
     while True:
@@ -58,7 +60,7 @@ def play_command(
             console.print(f"Bye. Reward this episode: {total:g}")
             return
         if command == ":help":
-            console.print(Panel(escape(game.instructions), title=env_id))
+            console.print(Panel(escape(instructions), title=env_id))
         elif command == ":reset":
             total, over = _new_level(env), False
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
+import logging
 import select
 import subprocess
 import sys
@@ -84,6 +85,28 @@ def require_math_verify() -> None:
         )
 
 
+class _DropTimeoutWarnings(logging.Filter):
+    """Drops math-verify's "Timeout during parsing/comparison" warnings.
+
+    A timeout is an ordinary verdict here (a wrong answer), not news: logged,
+    it would print each runaway answer, model text, to stderr through the
+    rollout's progress bar. Its other warnings still get through.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Timeout during")
+
+
+_TIMEOUT_FILTER = _DropTimeoutWarnings()
+
+
+def _quiet_timeouts() -> None:
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logger = logging.getLogger(name)
+        if _TIMEOUT_FILTER not in logger.filters:
+            logger.addFilter(_TIMEOUT_FILTER)
+
+
 def _parse(text: str, timeout: int) -> list[object]:
     from math_verify import parse
 
@@ -102,6 +125,7 @@ def check_answer_here(answer: str, reference: str, timeout: int = DEFAULT_TIMEOU
     """
     from math_verify import verify
 
+    _quiet_timeouts()
     gold = _parse(reference, timeout) if len(reference) <= MAX_ANSWER_CHARS else []
     if not gold:
         return Verdict(False, readable=True, reference_readable=False)

@@ -105,3 +105,12 @@ def test_play_commands_and_hostile_text() -> None:
 def test_play_ends_quietly_on_end_of_input() -> None:
     result = runner.invoke(app, ["play", "Sokoban-LLM-v0"], input="", terminal_width=200)
     assert result.exit_code == 0 and "Bye." in result.output
+
+
+def test_play_shows_the_tools_an_env_is_given() -> None:
+    """A tool env's player reads the same instructions as the agent: the tools' part too."""
+    result = runner.invoke(app, ["play", "SearchQA-LLM-v0", "--seed", "0"], input=":help\n:quit\n",
+                           terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("# Tools") == 2  # at start and on :help
+    assert "<search>" in result.output

@@ -179,3 +179,16 @@ def test_the_worker_is_restarted_after_it_dies() -> None:
         process.wait()
         assert pool.submit(check_answer, "1/2", "0.5").result(timeout=120).equal
         assert verify._WORKER._process is not process
+
+
+def test_a_timeout_warning_is_not_printed_but_other_warnings_are(caplog: pytest.LogCaptureFixture) -> None:
+    """A runaway answer is a wrong answer, not news: math-verify's timeout warning
+    (which quotes the model's text) is dropped; its other warnings still show."""
+    import logging
+
+    check_answer_here("1", "1")  # a check installs the filter
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("math_verify.parser").warning("Timeout during parsing: 9^{9^{9^9}}")
+        logging.getLogger("math_verify.grader").warning("Timeout during comparison")
+        logging.getLogger("math_verify.grader").warning("something else went wrong")
+    assert [record.getMessage() for record in caplog.records] == ["something else went wrong"]
