@@ -5,6 +5,9 @@ Run:  .venv/bin/python benchmarks/bench_sandbox.py [--calls 300] [--docker-run-c
 Runs ``print(sum(range(1000)))`` at concurrency 1, 4 and 16 through:
 
 - the warm Docker pool (``DockerSandbox``, 16 containers started beforehand);
+- the same pool through the sandbox service (``agentgym sandbox serve``'s app,
+  in a thread of this process on a loopback port) and its client
+  ``RemoteSandbox``: the cost of HTTP and JSON on top of the pool;
 - a plain ``docker run --rm --network none IMAGE python3 -c CODE`` per call;
 - a bare ``python3 -c CODE`` subprocess per call (the same Debian python3 as the image);
 - ``LocalSandbox`` (bubblewrap when it works here), for reference.
@@ -28,8 +31,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from agentgym.sandbox import DockerSandbox, Limits, LocalSandbox
+from agentgym.sandbox import DockerSandbox, Limits, LocalSandbox, RemoteSandbox
 from agentgym.sandbox.image import DEFAULT_IMAGE
+from agentgym.sandbox.service import ServiceThread
 
 CODE = "print(sum(range(1000)))"
 EXPECTED = "499500\n"
@@ -82,6 +86,11 @@ def main() -> None:
         for level in LEVELS:
             rows.append(("docker warm pool", level, args.calls,
                          measure(lambda: pool.run(CODE).stdout, args.calls, level)))
+        with ServiceThread(pool, pool_size=16) as service, \
+                RemoteSandbox(service.url, limits) as remote:
+            for level in LEVELS:
+                rows.append(("service (loopback)", level, args.calls,
+                             measure(lambda: remote.run(CODE).stdout, args.calls, level)))
     local = LocalSandbox(limits)
     cases = [("bare python3 -c", bare_python(), args.calls),
              (f"local ({local.name})", lambda: local.run(CODE).stdout, args.calls),

@@ -1,10 +1,10 @@
-"""``agentgym sandbox build | check | clean``: the code sandbox's image and containers."""
+"""``agentgym sandbox build | check | clean | serve``: the code sandbox's image, containers, service."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -13,10 +13,10 @@ from rich.table import Table
 from agentgym.cli.common import console, fail
 from agentgym.errors import AgentGymError
 
-__all__ = ["app", "build_command", "check_command", "clean_command"]
+__all__ = ["app", "build_command", "check_command", "clean_command", "serve_command"]
 
-app = typer.Typer(help="The code sandbox: build its image, check what is missing, clean up.",
-                  no_args_is_help=True)
+app = typer.Typer(help="The code sandbox: build its image, check what is missing, clean up, "
+                       "serve it to other hosts.", no_args_is_help=True)
 
 _IMAGE_HELP = "Image name:tag."
 _HOST_HELP = "Docker engine URL (default: DOCKER_HOST or the local socket)."
@@ -144,3 +144,75 @@ def clean_command(
         for info in found:
             remove_container(api, info["Id"])
     console.print(f"Removed {len(found)} sandbox container{'s' * (len(found) != 1)}.")
+
+
+@app.command("serve")
+def serve_command(
+    host: Annotated[str, typer.Option(help="Interface to bind. Anything but loopback is "
+                                           "reachable by others and needs --token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8100,
+    backend: Annotated[str, typer.Option(help="docker (the warm pool), local (isolates less), "
+                                              "or auto (docker when it can run here).")] = "docker",
+    token: Annotated[str | None, typer.Option(
+        envvar="AGENTGYM_SANDBOX_TOKEN", show_envvar=True,
+        help="Require 'Authorization: Bearer TOKEN' on every request.")] = None,
+    pool_size: Annotated[int, typer.Option(help="Runs at once (Docker: warm containers); "
+                                                "more requests wait their turn.")] = 4,
+    image: Annotated[str | None, typer.Option(help=_IMAGE_HELP)] = None,
+) -> None:
+    """Serve the sandbox over HTTP (POST /run, GET /health) until Ctrl-C, for other hosts."""
+    from agentgym.sandbox.service import serve_sandbox
+
+    problem = _serve_problem(host, port, backend, token, pool_size)
+    if image and backend == "local":
+        problem = "--image is for the docker backend; leave it out with --backend local."
+    if problem:
+        raise fail(problem)
+    try:
+        sandbox = _open_served_sandbox(backend, pool_size, image)
+    except AgentGymError as exc:
+        raise fail(str(exc)) from exc
+    with sandbox:
+        console.print(f"Serving the {sandbox.name} sandbox at http://{escape(host)}:{port} "
+                      f"({pool_size} runs at once{', token required' if token else ''}).")
+        serve_sandbox(sandbox, host=host, port=port, token=token, pool_size=pool_size)
+
+
+def _serve_problem(host: str, port: int, backend: str, token: str | None, pool_size: int) -> str:
+    """What is wrong with ``sandbox serve``'s options ('' when nothing is)."""
+    if backend not in ("docker", "local", "auto"):
+        return f"--backend must be docker, local or auto; got {backend!r}."
+    if not 1 <= port <= 65535:
+        return f"--port must be between 1 and 65535, got {port}."
+    if not 1 <= pool_size <= 256:
+        return f"--pool-size must be between 1 and 256, got {pool_size}."
+    if token is not None and not token.strip():
+        return "--token is empty; give a real token or leave it out (loopback only)."
+    if not _is_loopback(host) and not token:
+        return (f"Refusing to bind {host} without a token: anyone who can reach it could run "
+                "code on this host. Pass --token T (or set AGENTGYM_SANDBOX_TOKEN), or bind "
+                "127.0.0.1.")
+    return ""
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def _open_served_sandbox(backend: str, pool_size: int, image: str | None) -> Any:
+    """The sandbox to serve; "auto" here never means a remote service (no serving in a loop)."""
+    from agentgym.sandbox import open_sandbox
+
+    options: dict[str, Any] = {}
+    if backend in ("docker", "auto"):
+        options.update(pool_size=pool_size, max_containers=pool_size)
+        if image:
+            options["image"] = image
+    return open_sandbox(backend, **options)

@@ -15,6 +15,11 @@ use (Docker when the engine and image are there, else the local fallback) and
 held until :func:`close_shared_sandbox` or interpreter exit. Sharing matters
 because the rollout manager builds one env per episode: a Docker pool per
 episode would start containers for every episode.
+
+Sandbox services: ``PythonTool(sandbox_url="http://host:8100")`` (several
+URLs comma-separated) runs the code on ``agentgym sandbox serve`` hosts,
+through the process's shared client for those URLs; with no sandbox and no
+URL, ``AGENTGYM_SANDBOX_URL`` does the same when it is set.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentgym.core import check_number
+from agentgym.errors import ConfigError
 from agentgym.tools.base import Tool
 from agentgym.tools.calls import strip_code_fence
 
@@ -31,20 +37,30 @@ if TYPE_CHECKING:
 __all__ = ["PythonTool", "close_shared_sandbox", "format_result", "shared_sandbox"]
 
 
-def shared_sandbox() -> Sandbox:
-    """The sandbox python tools use when given none: the process's shared ``"auto"`` sandbox,
-    borrowed on first use and held until :func:`close_shared_sandbox` or exit."""
-    from agentgym.sandbox.shared import hold_sandbox  # the sandbox pillar loads only when used
+_held_backends: set[str] = set()  # the backends python tools hold a shared sandbox of
 
-    return hold_sandbox("auto")
+
+def shared_sandbox(sandbox_url: str | None = None) -> Sandbox:
+    """The sandbox python tools use when given none: the process's shared ``"auto"`` sandbox
+    (or the client of ``sandbox_url``, or of ``AGENTGYM_SANDBOX_URL`` when set), borrowed on
+    first use and held until :func:`close_shared_sandbox` or exit."""
+    from agentgym.sandbox import pick_backend  # the sandbox pillar loads only when used
+    from agentgym.sandbox.shared import hold_sandbox
+
+    backend = pick_backend("auto", sandbox_url)
+    sandbox = hold_sandbox(backend)
+    _held_backends.add(backend)
+    return sandbox
 
 
 def close_shared_sandbox() -> None:
-    """Give back the tools' hold on the shared sandbox (closed unless a code env still borrows
-    it); the next call to :func:`shared_sandbox` borrows it again, or opens a new one."""
+    """Give back the tools' holds on shared sandboxes (each closed unless a code env still
+    borrows it); the next call to :func:`shared_sandbox` borrows again, or opens a new one."""
     from agentgym.sandbox.shared import release_hold
 
-    release_hold("auto")
+    for backend in {"auto", *_held_backends}:
+        release_hold(backend)
+    _held_backends.clear()
 
 
 def format_result(result: ExecResult, timeout: float) -> str:
@@ -75,6 +91,8 @@ class PythonTool(Tool):
     Args:
         sandbox: where the code runs; its owner closes it. None: the shared
             sandbox (see :func:`shared_sandbox`).
+        sandbox_url: instead of ``sandbox``, sandbox services to run the code on
+            (``"http://host:8100"``, several comma-separated).
         timeout: wall-clock seconds of one call; None: the sandbox's limit.
     """
 
@@ -93,14 +111,22 @@ class PythonTool(Tool):
     }
     tag_argument = "code"
 
-    def __init__(self, sandbox: Sandbox | None = None, *, timeout: float | None = None) -> None:
+    def __init__(self, sandbox: Sandbox | None = None, *, sandbox_url: str | None = None,
+                 timeout: float | None = None) -> None:
         if timeout is not None:
             check_number("timeout", timeout, minimum=0.001, integer=False)
+        if sandbox_url is not None:
+            from agentgym.sandbox import pick_backend
+
+            if sandbox is not None:
+                raise ConfigError("Give PythonTool a sandbox or a sandbox_url, not both.")
+            pick_backend("auto", sandbox_url)  # a malformed URL fails here, not on the first call
         self.sandbox = sandbox
+        self.sandbox_url = sandbox_url
         self.timeout = timeout
 
     def _sandbox(self) -> Sandbox:
-        return self.sandbox if self.sandbox is not None else shared_sandbox()
+        return self.sandbox if self.sandbox is not None else shared_sandbox(self.sandbox_url)
 
     def _timeout(self, sandbox: Sandbox) -> float:
         return self.timeout if self.timeout is not None else sandbox.limits.timeout

@@ -31,7 +31,12 @@ the first answer with ``open_sandbox(backend)`` (``"auto"``: Docker when its
 engine and image are there, else the local one). Envs of one process share
 that sandbox, one per backend (a vector of envs holds one Docker pool, not one
 each); the last env to :meth:`close` closes it, or interpreter exit does.
-``info["sandbox"]`` names the backend that ran the code.
+``info["sandbox"]`` names the backend that ran the code. ``sandbox_url=``
+(or ``AGENTGYM_SANDBOX_URL`` when the backend is ``"auto"``) runs the code on
+sandbox services instead (``agentgym sandbox serve``; several URLs,
+comma-separated, share the load)::
+
+    gym.make("Code-LLM-v0", sandbox_url="http://127.0.0.1:8100")
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from agentgym.envs.code.loaders import load_problems
 from agentgym.envs.code.problems import Problem, builtin_problems
 from agentgym.envs.code.runner import Evaluation, evaluate
 from agentgym.errors import ConfigError
-from agentgym.sandbox import Sandbox, check_backend
+from agentgym.sandbox import Sandbox, pick_backend
 from agentgym.sandbox.shared import borrow_sandbox, give_back
 
 __all__ = ["MAX_CODE_CHARS", "CodeEnv"]
@@ -76,7 +81,11 @@ class CodeEnv(TextEnv):
             prompt/tests rows (the rest are hidden); native rows say it themselves.
         sandbox: a sandbox to run code in (the env does not close it).
         backend: when no ``sandbox`` is given, the backend of the shared sandbox
-            the env borrows (``"auto"``, ``"docker"`` or ``"local"``).
+            the env borrows (``"auto"``, ``"docker"``, ``"local"``, or service URLs).
+        sandbox_url: run code on sandbox services (``agentgym sandbox serve``):
+            ``"http://host:8100"``, several comma-separated; the env borrows the
+            process's shared client for them. Default: ``AGENTGYM_SANDBOX_URL``
+            when ``backend`` is ``"auto"``.
         test_timeout: seconds each test may run.
         time_budget: seconds all the tests of one answer may run together.
         show_hidden: say how many hidden tests passed after each answer.
@@ -94,6 +103,7 @@ class CodeEnv(TextEnv):
         num_visible: int = 1,
         sandbox: Sandbox | None = None,
         backend: str = "auto",
+        sandbox_url: str | list[str] | None = None,
         test_timeout: float = 2.0,
         time_budget: float = 10.0,
         show_hidden: bool = True,
@@ -118,7 +128,9 @@ class CodeEnv(TextEnv):
             raise ConfigError("No problems to play: problems or dataset is empty.")
         if sandbox is not None and not isinstance(sandbox, Sandbox):
             raise ConfigError(f"sandbox must be an agentgym Sandbox, got {type(sandbox).__name__}.")
-        check_backend(backend)
+        if sandbox is not None and sandbox_url is not None:
+            raise ConfigError("Give sandbox or sandbox_url, not both.")
+        backend = pick_backend(backend, sandbox_url)
         self.problems: tuple[Problem, ...] = tuple(loaded)
         self._by_id = {problem.id: problem for problem in self.problems}
         self.backend = backend

@@ -36,7 +36,8 @@ def test_local_takes_local_options() -> None:
 
 
 @pytest.mark.parametrize(("args", "kwargs", "message"), [
-    (("podman",), {}, r"backend must be one of auto, docker, local; got 'podman'"),
+    (("podman",), {}, r"backend must be one of auto, docker, local, remote, or sandbox service "
+                       r"URLs \('http://host:8100,...'\); got 'podman'"),
     (("local",), {"pool_size": 2},
      r"open_sandbox\(backend='local'\) does not take pool_size; it takes python, use_bwrap"),
     (("auto",), {"colour": "red"}, r"does not take colour"),

@@ -228,7 +228,8 @@ def test_problems_and_datasets_can_be_given(sandbox: Sandbox, tmp_path: Path) ->
         ({"test_timeout": 0}, "test_timeout must be at least 0.01"),
         ({"time_budget": 1.0, "test_timeout": 2.0}, "time_budget must be at least 2.0"),
         ({"sandbox": "docker"}, "sandbox must be an agentgym Sandbox"),
-        ({"backend": "podman"}, "backend must be one of auto, docker, local; got 'podman'"),
+        ({"backend": "podman"}, "backend must be one of auto, docker, local, remote, or sandbox "
+                                "service URLs"),
     ],
 )
 def test_bad_config_is_refused(kwargs: dict, message: str) -> None:

@@ -1,0 +1,343 @@
+"""The sandbox service: a sandbox (a Docker pool by default) behind HTTP, for other hosts to use.
+
+    agentgym sandbox serve                            # http://127.0.0.1:8100, the Docker pool
+    agentgym sandbox serve --host 0.0.0.0 --token T   # reachable by others: a token is required
+
+Routes:
+
+* ``POST /run``: a :class:`RunRequest` (``code``, ``language``, ``stdin``,
+  ``files``, ``timeout``) -> a :class:`RunReply` (the fields of
+  :class:`~agentgym.sandbox.ExecResult`). Whatever the code does is in the
+  reply with status 200. A request the service will not run gets a 4xx whose
+  message names the field (422: a field invalid or over its cap; 413: a body
+  over :data:`MAX_BODY_BYTES`); the sandbox's own failure (a lost engine) a
+  503; anything unexpected a logged 500. The server keeps serving after each.
+* ``GET /health``: ``{"status": "ok", "backend", "isolation", "pool_size",
+  "busy", "waiting", "runs", "limits"}``: ``pool_size`` runs go at once,
+  ``busy`` are running now, ``waiting`` are queued for a slot, ``runs`` have
+  ended; ``limits`` are the sandbox's :class:`~agentgym.sandbox.Limits`.
+
+With a token every route wants ``Authorization: Bearer TOKEN`` (compared in
+constant time), ``/health`` included, so that a client learns at connect time
+that its token is wrong. Runs go to ``pool_size`` threads of the service,
+never on the event loop, so ``pool_size`` of them run at once (size the
+Docker pool to match) and the rest wait their turn.
+
+What the service does not do: TLS (put it behind a proxy, or keep it on a
+private network) and per-client quotas. The sandbox's limits (memory, CPUs,
+output) are the server's; a request only chooses its timeout, up to
+:data:`MAX_TIMEOUT`. :class:`~agentgym.sandbox.remote.RemoteSandbox` is the
+client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import functools
+import hmac
+import logging
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, ServerStartError
+from agentgym.sandbox.base import LANGUAGES, Sandbox
+
+__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "MAX_CODE_CHARS", "MAX_FILES", "MAX_STDIN_CHARS",
+           "MAX_TIMEOUT", "Base64File", "RunReply", "RunRequest", "ServiceThread", "create_app",
+           "serve_sandbox"]
+
+_log = logging.getLogger("agentgym.sandbox")
+
+DEFAULT_PORT = 8100
+#: Caps on one request: generous for honest programs, small enough that no request eats the host.
+MAX_CODE_CHARS = 1_000_000
+MAX_STDIN_CHARS = 16_000_000
+MAX_FILES = 256
+MAX_TIMEOUT = 600.0
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class Base64File(BaseModel):
+    """A file with bytes that are not UTF-8 text, base64-encoded (a text file is a plain string)."""
+
+    model_config = ConfigDict(extra="forbid")
+    base64: str
+
+    @field_validator("base64")
+    @classmethod
+    def _decodes(cls, value: str) -> str:
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"not valid base64 ({exc})") from exc
+        return value
+
+
+class RunRequest(BaseModel):
+    """One run; the fields and their meaning are those of :meth:`Sandbox.run`."""
+
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(max_length=MAX_CODE_CHARS)
+    language: Literal[LANGUAGES] = "python"  # type: ignore[valid-type]
+    stdin: str = Field("", max_length=MAX_STDIN_CHARS)
+    files: dict[str, str | Base64File] = Field(default_factory=dict, max_length=MAX_FILES)
+    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT)] | None = None
+    """Wall-clock seconds; None: the server's ``Limits.timeout``."""
+
+    def file_contents(self) -> dict[str, str | bytes]:
+        """``files`` as :meth:`Sandbox.run` takes them (base64 entries decoded)."""
+        return {name: base64.b64decode(value.base64) if isinstance(value, Base64File) else value
+                for name, value in self.files.items()}
+
+
+class RunReply(BaseModel):
+    """What the run did: the fields of :class:`~agentgym.sandbox.ExecResult`."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool
+    oom: bool
+    duration: float
+    truncated: bool
+
+
+def _require_packages() -> None:
+    """MissingDependencyError naming the extra when FastAPI or uvicorn is not installed."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependencyError("The sandbox service needs FastAPI and uvicorn: pip install "
+                                     "'agentgym[sandbox-service]'.") from exc
+
+
+def _error(status: int, message: str, *, param: str | None = None, kind: str = "") -> Any:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": kind or f"HTTP{status}",
+                                   "param": param}}, status_code=status)
+
+
+class _Guard:
+    """ASGI middleware, outermost: the token, the body size cap, and a 500 for the unexpected.
+
+    Unlike an ``Exception`` handler (which Starlette re-raises, so uvicorn drops
+    the connection), an unexpected error is answered and the server keeps serving.
+    """
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        if self.expected is not None and not hmac.compare_digest(
+                headers.get(b"authorization", b""), self.expected):
+            response = _error(401, "Incorrect or missing token: send 'Authorization: Bearer "
+                                   "<token>' with the service's --token (AGENTGYM_SANDBOX_TOKEN).",
+                              kind="AuthenticationError")
+            await response(scope, receive, send)
+            return
+        length = headers.get(b"content-length", b"" if scope["method"] == "POST" else b"0")
+        if not length:  # a chunked body could be endless: the client must say its size
+            await _error(411, "Send the request body with a Content-Length header.",
+                         kind="LengthRequired")(scope, receive, send)
+            return
+        if not length.isdigit() or int(length) > MAX_BODY_BYTES:
+            await _error(413, f"The request body must be under {MAX_BODY_BYTES} bytes "
+                              f"(Content-Length {length.decode(errors='replace')}).",
+                         kind="RequestTooLarge")(scope, receive, send)
+            return
+        await self._call_guarded(scope, receive, send)
+
+    async def _call_guarded(self, scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def watch(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:  # broad on purpose: no request may take the service down
+            _log.exception("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
+            if started:
+                raise
+            await _error(500, f"internal error: {type(exc).__name__}: {exc}",
+                         kind="InternalServerError")(scope, receive, send)
+
+
+class _Slots:
+    """At most ``size`` runs at once; counts the running and the waiting for ``/health``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.busy = 0
+        self.waiting = 0
+        self.done = 0
+        self._semaphore = asyncio.Semaphore(size)
+
+    async def __aenter__(self) -> Self:
+        self.waiting += 1
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self.waiting -= 1
+        self.busy += 1
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.busy -= 1
+        self.done += 1
+        self._semaphore.release()
+
+
+def create_app(sandbox: Sandbox, *, token: str | None = None, pool_size: int = 4) -> Any:
+    """The FastAPI app serving ``sandbox``; ``pool_size`` runs at once (the rest wait).
+
+    The caller owns ``sandbox`` and closes it after the server stops.
+    """
+    _require_packages()
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+
+    import agentgym
+
+    if pool_size < 1:
+        raise ConfigError(f"pool_size must be at least 1, got {pool_size}.")
+    app = FastAPI(title="agentgym sandbox service", version=agentgym.__version__)
+    slots = _Slots(pool_size)
+    # One thread per slot: the runs block (on the Docker API, on a subprocess), the loop never.
+    app.state.runs = ThreadPoolExecutor(max_workers=pool_size,
+                                        thread_name_prefix="agentgym-sandbox-service")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError) -> Any:
+        problems, params = [], []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+            problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
+            params.append(where)
+        return _error(422, "Invalid request: " + "; ".join(problems),
+                      param=params[0] if params else None, kind="InvalidRequest")
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "backend": sandbox.name, "isolation": sandbox.isolation,
+                "pool_size": slots.size, "busy": slots.busy, "waiting": slots.waiting,
+                "runs": slots.done, "limits": dataclasses.asdict(sandbox.limits)}
+
+    @app.post("/run", response_model=RunReply)
+    async def run(body: RunRequest) -> Any:
+        call = functools.partial(sandbox.run, body.code, language=body.language, stdin=body.stdin,
+                                 files=body.file_contents(), timeout=body.timeout)
+        async with slots:
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(app.state.runs, call)
+            except ConfigError as exc:  # e.g. a file path that leaves the work dir
+                return _error(422, str(exc), param="files", kind="InvalidRequest")
+            except SandboxError as exc:
+                _log.error("The sandbox failed a run: %s", exc)
+                return _error(503, f"The sandbox failed: {exc}", kind="SandboxError")
+        return dataclasses.asdict(result)
+
+    return _Guard(app, token)
+
+
+def _shutdown(app: Any) -> None:
+    """Let the run threads of an app made by :func:`create_app` end."""
+    app.app.state.runs.shutdown(wait=False, cancel_futures=True)
+
+
+def serve_sandbox(sandbox: Sandbox, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+                  token: str | None = None, pool_size: int = 4, log_level: str = "info") -> None:
+    """Serve ``sandbox`` over HTTP until SIGINT or SIGTERM (blocks; call it from the main
+    thread); it then returns, and the caller closes the sandbox."""
+    _require_packages()
+    import uvicorn
+
+    app = create_app(sandbox, token=token, pool_size=pool_size)
+    # uvicorn shuts down gracefully on SIGINT / SIGTERM, then sends the signal again to the
+    # handler it found: make that one a no-op, so that this returns and the caller can close
+    # the sandbox (remove its containers) rather than die by the signal's default action.
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, _ignore) for sig in stops}
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                    timeout_graceful_shutdown=5)
+    finally:
+        _shutdown(app)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A signal handler that does nothing (see :func:`serve_sandbox`)."""
+
+
+class ServiceThread:
+    """The service in a thread of this process, on a loopback port; a context manager.
+
+    For tests, benchmarks and notebooks; ``agentgym sandbox serve`` is the
+    way to run one for real. ``stop()`` ends the server (the sandbox stays open:
+    its owner closes it).
+
+        with LocalSandbox() as sb, ServiceThread(sb) as service:
+            RemoteSandbox(service.url).run("print(1)")
+    """
+
+    def __init__(self, sandbox: Sandbox, *, port: int | None = None, token: str | None = None,
+                 pool_size: int = 4, host: str = "127.0.0.1") -> None:
+        _require_packages()
+        import uvicorn
+
+        from agentgym.serve.launch import free_port
+
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self._app = create_app(sandbox, token=token, pool_size=pool_size)
+        config = uvicorn.Config(self._app, host=host, port=self.port, log_level="warning",
+                                access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Start serving; return once the port accepts requests."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.run, name="agentgym-sandbox-service",
+                                            daemon=True)
+            self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"The sandbox service on {self.url} did not start.")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server thread. Safe to call twice."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._server.should_exit = True
+            thread.join(15)
+            _shutdown(self._app)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
