@@ -20,6 +20,7 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
     ├── MissingDependencyError an optional package is not installed (the message names the extra)
     ├── BrowserError           a web page could not be fetched, or a browser backend could not start
     ├── JudgeError             an LLM judge's server refused or kept failing a request
+    ├── RolloutWorkerError     a Ray actor playing episodes died or failed (rows already sent are kept)
     └── ServeError             the built-in server refused a request (HTTP status, param)
         ├── InvalidRequestError  a field of the request is invalid (400)
         │   ├── ModelNotFoundError   no model or adapter is served under that name (404)
@@ -54,6 +55,7 @@ __all__ = [
     "PolicyError",
     "RegistryError",
     "ResetNeeded",
+    "RolloutWorkerError",
     "SandboxError",
     "SandboxUnavailable",
     "ServeError",
@@ -169,6 +171,14 @@ class MissingDependencyError(AgentGymError, ImportError):
 
     The message names the package and the command that installs it, e.g.
     ``pip install 'agentgym[math]'``.
+    """
+
+
+class RolloutWorkerError(AgentGymError, RuntimeError):
+    """A Ray actor playing episodes died (node lost, out of memory) or raised.
+
+    The rows it and the other actors streamed back before are already with the
+    driver's writer; ``--resume`` plays only the rest.
     """
 
 

@@ -5,9 +5,9 @@ Run:  .venv/bin/python benchmarks/bench_rollout.py [--episodes 1000] [--turns 10
 
 A stub OpenAI server (its own process) answers every completion after a fixed
 delay with canned token ids; nothing else limits the rate, so the ideal is
-concurrency / delay turns per second. The manager plays Sokoban through the
-real openai client with the tiny model's tokenizer (the env replies are
-rendered into ids as in a real run), every episode exactly ``--turns`` turns
+concurrency / delay turns per second. The manager plays Sokoban through its
+real token path (``OpenAIPolicy.complete_ids``: aiohttp, orjson) with the tiny
+model's tokenizer (the env replies are rendered into ids as in a real run), every episode exactly ``--turns`` turns
 (the canned move is one the env rejects, so no episode ends early).
 "CPU per turn" is this process's CPU time (user + system) over all turns,
 after a short warm-up run (imports, template compilation) that is not counted.

@@ -20,6 +20,7 @@ from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
+from agentgym.rollout.servers import ServerStats, parse_base_urls
 from agentgym.rollout.rows import TrajectoryRow
 
 __all__ = ["PolicyName", "print_episode", "rollout_command"]
@@ -28,13 +29,14 @@ __all__ = ["PolicyName", "print_episode", "rollout_command"]
 class PolicyName(str, Enum):
     model = "model"
     random = "random"
+    solver = "solver"
 
 
 def rollout_command(
     env_id: Annotated[str, typer.Option("--env", help="Env id, e.g. Sokoban-LLM-v0.")],
-    policy: Annotated[PolicyName, typer.Option(help="Who plays: a model behind a server, or random moves.")] = PolicyName.model,
+    policy: Annotated[PolicyName, typer.Option(help="Who plays: a model behind a server, random moves, or the env's expert (solver).")] = PolicyName.model,
     model: Annotated[str, typer.Option(help="Model: 'tiny', a local folder or a hub id.")] = "tiny",
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server (ending in /v1); none: start the built-in one.")] = None,
+    base_url: Annotated[list[str] | None, typer.Option(metavar="URL", help="OpenAI-compatible server (ending in /v1); none: start the built-in one. Several servers of the same model: repeat the flag or separate with commas; requests go to the least busy, an episode stays on one server, a failing server is skipped.")] = None,
     api_key: Annotated[str, typer.Option(help="API key for --base-url.")] = "EMPTY",
     episodes: Annotated[int, typer.Option(help="Episodes in all.")] = 8,
     group_size: Annotated[int, typer.Option(help="Episodes per seed (a GRPO group).")] = 1,
@@ -48,6 +50,8 @@ def rollout_command(
     resume: Annotated[bool, typer.Option(help="Skip the episodes --out already holds.")] = False,
     chat_mode: Annotated[bool, typer.Option(help="Use chat completions (servers without token ids).")] = False,
     show: Annotated[int, typer.Option(help="Print this many finished episodes in full.")] = 3,
+    ray: Annotated[str | None, typer.Option(metavar="ADDRESS", help="Play on Ray actors: 'local' (a Ray instance on this machine), 'auto' (the cluster `ray start` made) or ray://HOST:PORT. Workers must import agentgym (see docs/scaling.md).")] = None,
+    ray_actors: Annotated[int | None, typer.Option(help="Ray actors (default: one per free CPU, at most one per group); --concurrency is shared out over them.")] = None,
     env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
 ) -> None:
     """Play episodes, record them token by token, print a summary."""
@@ -59,11 +63,13 @@ def rollout_command(
             concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode,
         )
-        player = _Player(policy, model, base_url, api_key, temperature)
-        rows = asyncio.run(_run(config, player, out, resume, show))
+        urls = tuple(parse_base_urls(base_url)) if base_url else None
+        player = _Player(policy, model, urls, api_key, temperature)
+        with _ray_session(ray, ray_actors) as ray_options:
+            rows = asyncio.run(_run(config, player, out, resume, show, ray_options))
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
-    console.print(_summary(env_id, policy.value if policy is PolicyName.random else model, rows))
+    console.print(_summary(env_id, model if policy is PolicyName.model else policy.value, rows))
     if out is not None:
         console.print(f"Rows written to {escape(str(out))} (load with datasets.load_dataset('parquet', ...)).")
 
@@ -74,13 +80,14 @@ class _Player:
 
     policy: PolicyName
     model: str
-    base_url: str | None
+    #: the servers given with --base-url (None: start the built-in one)
+    base_url: tuple[str, ...] | None
     api_key: str
     temperature: float
 
 
 async def _run(config: RolloutConfig, player: _Player, out: Path | None, resume: bool,
-               show: int) -> list[TrajectoryRow]:
+               show: int, ray_options: Any = None) -> list[TrajectoryRow]:
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
@@ -101,11 +108,21 @@ async def _run(config: RolloutConfig, player: _Player, out: Path | None, resume:
                     print_episode(episode_rows[0])
 
             try:
-                manager = EnvManager(config, policy, renderer=renderer, on_episode=finished)
-                await manager.run(skip=skip)
+                if ray_options is not None:
+                    from agentgym.rollout.ray_rollout import run_on_ray
+
+                    await run_on_ray(config, _ray_spec(player, policy, renderer), ray_options,
+                                     on_episode=finished, skip=skip)
+                else:
+                    manager = EnvManager(config, policy, renderer=renderer, on_episode=finished)
+                    await manager.run(skip=skip)
             finally:
                 if writer is not None:
                     writer.close()
+        # Several servers: how the requests spread (under --ray the actors' own policies sent them).
+        stats = policy.server_stats() if hasattr(policy, "server_stats") else []
+        if len(stats) > 1 and any(server.requests for server in stats):
+            console.print(_server_table(stats))
     return rows
 
 
@@ -117,8 +134,8 @@ async def _playing(player: _Player, config: RolloutConfig, *, record: bool) -> A
     policy records token ids (in --model's tokenizer) only when the rows are
     written, so a quick random rollout needs no model at all.
     """
-    if player.policy is PolicyName.random:
-        yield RandomPolicy(seed=config.seed), (_renderer(player.model) if record else None)
+    if player.policy is not PolicyName.model:
+        yield _model_free(player.policy, config), (_renderer(player.model) if record else None)
         return
     from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
     from agentgym.serve.launch import BuiltinServer
@@ -134,6 +151,41 @@ async def _playing(player: _Player, config: RolloutConfig, *, record: bool) -> A
         async with OpenAIPolicy(base_url, name, api_key=player.api_key, sampling=sampling,
                                 max_connections=config.concurrency) as policy:
             yield policy, renderer
+
+
+def _model_free(policy: PolicyName, config: RolloutConfig) -> Any:
+    """The random policy, or the env's expert (ConfigError for an env that has none)."""
+    if policy is PolicyName.solver:
+        from agentgym.rollout.experts import expert_policy
+
+        return expert_policy(config.env_id)
+    return RandomPolicy(seed=config.seed)
+
+
+@contextlib.contextmanager
+def _ray_session(address: str | None, actors: int | None) -> Iterator[Any]:
+    """Connected to Ray for the run when --ray is given (None otherwise)."""
+    if address is None:
+        if actors is not None:
+            raise fail("--ray-actors needs --ray (e.g. --ray local).")
+        yield None
+        return
+    from agentgym.rollout.ray_rollout import RayOptions, ray_session
+
+    with ray_session(RayOptions(address=address, actors=actors)) as options:
+        yield options
+
+
+def _ray_spec(player: _Player, policy: Any, renderer: Any) -> Any:
+    """What each Ray actor needs to build the policy the flags chose (the server the
+    CLI started included: loopback, so the actors run on this machine)."""
+    from agentgym.rollout.policy import OpenAIPolicy
+    from agentgym.rollout.ray_rollout import PolicySpec
+
+    if isinstance(policy, OpenAIPolicy):
+        return PolicySpec(base_urls=tuple(policy.base_urls), model=policy.model, tokenizer=player.model,
+                          api_key=policy.api_key, sampling=policy.sampling)
+    return PolicySpec(model_free=policy, tokenizer=player.model if renderer is not None else None)
 
 
 def _renderer(model: str) -> Any:
@@ -177,6 +229,20 @@ def print_episode(row: TrajectoryRow) -> None:
         console.print(f"[{style}]{message.role}>[/] {escape(message.content)}")
     if row.error:
         console.print(f"[red]error: {escape(row.error)}[/]")
+
+
+def _server_table(stats: list[ServerStats]) -> Table:
+    """Requests per server, when a rollout used several."""
+    table = Table(title="servers")
+    table.add_column("server", no_wrap=True)
+    for column in ("requests", "failed", "moved in"):  # moved in: episodes taken over from a failed server
+        table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
+    table.add_column("last error")
+    for server in stats:
+        error = server.last_error if len(server.last_error) <= 60 else server.last_error[:59] + "…"
+        table.add_row(escape(server.base_url), str(server.requests), str(server.failures),
+                      str(server.moved_in), escape(error))
+    return table
 
 
 def _summary(env_id: str, policy: str, rows: list[TrajectoryRow]) -> Table:

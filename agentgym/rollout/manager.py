@@ -125,6 +125,8 @@ class _Episode:
     group_id: int
     index_in_group: int
     seed: int
+    #: the rows' episode_id; also the key that keeps the episode on one server
+    id: str = ""
     messages: list[Message] = field(default_factory=list)
     segments: list[_Segment] = field(default_factory=list)
     turn_rewards: list[float] = field(default_factory=list)
@@ -217,7 +219,9 @@ class EnvManager:
         self, group: int, index: int, semaphore: asyncio.Semaphore, pool: ThreadPoolExecutor
     ) -> list[TrajectoryRow]:
         async with semaphore:
-            episode = _Episode(group, index, seed=self.config.seed + group)
+            seed = self.config.seed + group
+            episode_id = f"{self.config.env_id}/s{seed}/g{group}/e{index}"
+            episode = _Episode(group, index, seed=seed, id=episode_id)
             try:
                 await asyncio.wait_for(self._play(episode, pool), self.config.episode_timeout)
             except TimeoutError:
@@ -287,8 +291,10 @@ class EnvManager:
             seed = self._turn_seed(episode)
             if self.config.chat_mode:
                 messages = [message.model_dump() for message in episode.messages]
-                return await policy.complete_chat(messages, max_tokens=max_tokens, seed=seed)
-            return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed)
+                return await policy.complete_chat(messages, max_tokens=max_tokens, seed=seed,
+                                                  key=episode.id)
+            return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed,
+                                             key=episode.id)
         text = policy.act(episode.messages[-1].content, env.unwrapped)
         return Generation(text=text, finish_reason="stop")
 
@@ -325,9 +331,8 @@ class EnvManager:
 
     def _rows(self, episode: _Episode) -> list[TrajectoryRow]:
         segments = episode.segments or [_Segment([])]
-        episode_id = f"{self.config.env_id}/s{episode.seed}/g{episode.group_id}/e{episode.index_in_group}"
         common = dict(
-            episode_id=episode_id, group_id=episode.group_id, index_in_group=episode.index_in_group,
+            episode_id=episode.id, group_id=episode.group_id, index_in_group=episode.index_in_group,
             env_id=self.config.env_id, seed=episode.seed, reward=sum(episode.turn_rewards),
             turn_rewards=episode.turn_rewards, success=episode.success, num_turns=len(episode.turn_rewards),
             terminated=episode.terminated, truncated=episode.truncated, stop_reason=episode.stop_reason,

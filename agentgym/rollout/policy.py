@@ -15,6 +15,13 @@ CPU per request, four times the manager's whole budget for a turn
 Requests have a timeout, share a bounded connection pool, and are retried
 with exponential backoff on what may pass (connection errors, timeouts,
 429 and 5xx answers); a 4xx answer is a bug in the request and is not retried.
+
+Given several servers, the policy spreads requests over them through a
+:class:`~agentgym.rollout.servers.ServerPool`: fewest requests in flight
+first, an episode (the ``key`` of its requests) kept on one server for its
+prefix cache, and a server that fails taken out for a cool-down while the
+request goes at once to another (every prompt carries the full token ids, so
+an episode may move). One ``aiohttp`` session serves them all.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import orjson
 from yarl import URL
 
 from agentgym.errors import ServerRequestError
+from agentgym.rollout.servers import Server, ServerPool, ServerStats
 
 __all__ = ["Generation", "OpenAIPolicy", "SamplingConfig"]
 
@@ -42,6 +50,11 @@ _RETRYABLE_HTTP = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 class _Retryable(Exception):
     """A failed attempt worth repeating (429, 5xx, a dropped or timed-out connection)."""
+
+    def __init__(self, message: str, *, unreachable: bool) -> None:
+        super().__init__(message)
+        #: no answer came (refused, dropped, timed out), rather than an error status
+        self.unreachable = unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +83,20 @@ class Generation:
 
 
 class OpenAIPolicy:
-    """A model behind an OpenAI-compatible server.
+    """A model behind one OpenAI-compatible server, or several serving the same model.
+
+    ``retries`` is the budget of each request: it may fail ``retries`` times
+    plus once per extra server (each failure moves it to the next server up;
+    while all are out, it waits for the first to come back, the cool-downs
+    growing from ``backoff`` to ``max_backoff``).
 
     >>> async with OpenAIPolicy("http://127.0.0.1:8000/v1", "tiny") as policy:  # doctest: +SKIP
-    ...     generation = await policy.complete_ids([1, 2, 3])
+    ...     generation = await policy.complete_ids([1, 2, 3], key="episode-0")
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key: str = "EMPTY",
@@ -89,9 +107,11 @@ class OpenAIPolicy:
         backoff: float = 0.5,
         max_backoff: float = 10.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        # Parsed once: aiohttp would parse a str URL again on every request.
-        self._completions_url = URL(self.base_url + "/completions")
+        #: which server each request goes to; its stats() say how each one fared
+        self.pool = ServerPool([base_url] if isinstance(base_url, str) else base_url,
+                               cooldown=backoff, max_cooldown=max_backoff)
+        self.base_urls = [server.base_url for server in self.pool.servers]
+        self.base_url = self.base_urls[0]
         self.model = model
         self.api_key = api_key
         self.sampling = sampling
@@ -100,14 +120,17 @@ class OpenAIPolicy:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        # Both made on first use, inside the event loop that uses them.
+        # Made on first use, inside the event loop that uses it (chat clients: one per server).
         self._session: aiohttp.ClientSession | None = None
-        self._chat_client: openai.AsyncOpenAI | None = None
 
     async def complete_ids(
-        self, prompt_ids: Sequence[int], *, max_tokens: int | None = None, seed: int | None = None
+        self, prompt_ids: Sequence[int], *, max_tokens: int | None = None, seed: int | None = None,
+        key: object = None,
     ) -> Generation:
-        """Sample one turn after ``prompt_ids``; returns the sampled ids and logprobs."""
+        """Sample one turn after ``prompt_ids``; returns the sampled ids and logprobs.
+
+        Requests with the same ``key`` (an episode id) go to the same server while it is up.
+        """
         body: dict[str, Any] = {
             "model": self.model, "prompt": list(prompt_ids),
             "max_tokens": max_tokens or self.sampling.max_tokens,
@@ -119,7 +142,8 @@ class OpenAIPolicy:
         if self.sampling.stop:
             body["stop"] = list(self.sampling.stop)
         content = orjson.dumps(body)  # ~20x faster than json for a long list of ids
-        response, attempts = await self._with_retries(lambda: self._post(self._completions_url, content))
+        response, attempts = await self._with_servers(
+            lambda server: self._post(server.completions_url, content), key)
         return _generation(response, attempts)
 
     async def _post(self, url: URL, content: bytes) -> dict[str, Any]:
@@ -130,11 +154,13 @@ class OpenAIPolicy:
                 payload = await reply.read()
                 status = reply.status
         except asyncio.TimeoutError as exc:
-            raise _Retryable(f"the request timed out: no answer within {self.timeout:g} s") from exc
+            raise _Retryable(f"the request timed out: no answer within {self.timeout:g} s",
+                             unreachable=True) from exc
         except _RETRYABLE_HTTP as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc or 'the connection failed'}") from exc
+            raise _Retryable(f"{type(exc).__name__}: {exc or 'the connection failed'}",
+                             unreachable=True) from exc
         if status == 429 or status >= 500:
-            raise _Retryable(f"server error {status}: {_error_message(payload)}")
+            raise _Retryable(f"server error {status}: {_error_message(payload)}", unreachable=False)
         if status >= 400:  # the request is wrong: retrying won't help
             raise ServerRequestError(
                 f"the server refused the request ({status}): {_error_message(payload)}")
@@ -154,57 +180,99 @@ class OpenAIPolicy:
         return self._session
 
     async def complete_chat(
-        self, messages: list[dict[str, str]], *, max_tokens: int | None = None, seed: int | None = None
+        self, messages: list[dict[str, str]], *, max_tokens: int | None = None, seed: int | None = None,
+        key: object = None,
     ) -> Generation:
         """Sample one turn with chat completions (for servers that return no ids)."""
-        client = self._chat()
 
-        async def create() -> Any:
+        async def create(server: Server) -> Any:
             try:
-                return await client.chat.completions.create(
+                return await self._chat(server).chat.completions.create(
                     model=self.model, messages=messages,  # type: ignore[arg-type]
                     max_tokens=max_tokens or self.sampling.max_tokens,
                     temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=seed,
                     stop=list(self.sampling.stop) or None,
                 )
             except _RETRYABLE_SDK as exc:
-                raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+                raise _Retryable(f"{type(exc).__name__}: {exc}",
+                                 unreachable=isinstance(exc, openai.APIConnectionError)) from exc
             except openai.APIStatusError as exc:  # 4xx: the request is wrong
                 raise ServerRequestError(
                     f"the server refused the request ({exc.status_code}): {exc}") from exc
 
-        response, attempts = await self._with_retries(create)
+        response, attempts = await self._with_servers(create, key)
         choice = response.choices[0]
         version = (response.model_extra or {}).get("policy_version")
         return Generation(text=choice.message.content or "", finish_reason=choice.finish_reason or "",
                           policy_version=int(version) if version is not None else None,
                           attempts=attempts)
 
-    def _chat(self) -> openai.AsyncOpenAI:
-        if self._chat_client is None:
-            self._chat_client = openai.AsyncOpenAI(
-                base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout,
+    def _chat(self, server: Server) -> openai.AsyncOpenAI:
+        if server.chat_client is None:
+            server.chat_client = openai.AsyncOpenAI(
+                base_url=server.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout,
                 http_client=openai.DefaultAsyncHttpxClient(
                     limits=httpx2.Limits(max_connections=self.max_connections), timeout=self.timeout),
             )
-        return self._chat_client
+        return server.chat_client
 
-    async def _with_retries(self, attempt_once: Callable[[], Awaitable[_T]]) -> tuple[_T, int]:
-        """Run ``attempt_once`` until it succeeds, backing off between retryable failures."""
-        for attempt in range(1, self.retries + 2):
+    async def _with_servers(self, attempt_once: Callable[[Server], Awaitable[_T]],
+                            key: object) -> tuple[_T, int]:
+        """Run ``attempt_once`` on the pool's choice of server until it succeeds.
+
+        After a retryable failure (which may take its server out) the request
+        goes again at once to another server that is up; with none but the one
+        that failed, to that one after a backoff; with none at all, to the
+        first one back from its cool-down.
+        """
+        pool = self.pool
+        budget = self.retries + len(pool) - 1
+        attempts = 0
+        failed_on: Server | None = None
+        while True:
+            server = pool.pick(key, failed_on)
+            if server is None:  # every server is cooling down: that wait is the backoff
+                await asyncio.sleep(pool.ready_in())
+                failed_on = None
+                continue
+            if server is failed_on:  # nowhere else to go
+                await asyncio.sleep(min(self.backoff * 2 ** (attempts - 1), self.max_backoff))
+            attempts += 1
+            server.requests += 1
+            server.outstanding += 1
             try:
-                return await attempt_once(), attempt
+                result = await attempt_once(server)
             except _Retryable as exc:
-                if attempt > self.retries:
-                    raise ServerRequestError(f"{exc} (after {attempt} attempts)") from exc
-                await asyncio.sleep(min(self.backoff * 2 ** (attempt - 1), self.max_backoff))
-        raise AssertionError("unreachable")  # pragma: no cover
+                pool.failed(server, str(exc), unreachable=exc.unreachable)
+                failed_on = server
+                if attempts > budget:
+                    raise ServerRequestError(self._gave_up(str(exc), attempts)) from exc
+                continue
+            finally:
+                server.outstanding -= 1
+            pool.succeeded(server)
+            return result, attempts
+
+    def _gave_up(self, error: str, attempts: int) -> str:
+        """Why a request failed for good: its last error, and with several servers each one's."""
+        if len(self.pool) == 1:
+            return f"{error} (after {attempts} attempts)"
+        errors = "; ".join(f"{server.base_url}: {server.last_error}"
+                           for server in self.pool.servers if server.last_error)
+        return (f"no server answered the request (after {attempts} attempts over "
+                f"{len(self.pool)} servers); last errors: {errors}")
+
+    def server_stats(self) -> list[ServerStats]:
+        """Per server: requests sent, retryable failures, episodes moved in, up now."""
+        return self.pool.stats()
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
-        if self._chat_client is not None:
-            await self._chat_client.close()
+        for server in self.pool.servers:
+            if server.chat_client is not None:
+                await server.chat_client.close()
+                server.chat_client = None
 
     async def __aenter__(self) -> OpenAIPolicy:
         return self

@@ -1,0 +1,85 @@
+"""What spreading requests over several servers costs the manager, and how it holds up when one fails.
+
+Run:  .venv/bin/python benchmarks/bench_servers.py [--episodes 200] [--turns 5] [--concurrency 64]
+                                                   [--delay 0.05]
+
+Each row plays the same Sokoban rollout (the tiny model's tokenizer, every
+episode ``--turns`` turns) against stub servers (agentgym.serve.stub, each its
+own process) that answer after ``--delay`` seconds: one server, two, three,
+and three of which one answers every request with a 500. "CPU ms per turn" is
+this process's CPU (user + system) over all turns after a warm-up run, the
+number the token path must keep under 1 ms; "requests" lists what each server
+was sent, failures in brackets. On a shared two-core machine the wall times
+move with the neighbours; the CPU per turn and the spread are what to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import time
+
+from transformers import AutoTokenizer
+
+from agentgym.models import resolve_model
+from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.policy import OpenAIPolicy
+from agentgym.serve.stub import StubServer
+
+_MOVE = "<answer>Wait</answer>"  # not a move: every episode plays all its turns
+
+
+async def play(urls: list[str], renderer: ChatRenderer, args: argparse.Namespace) -> tuple[int, OpenAIPolicy]:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=args.episodes, concurrency=args.concurrency,
+                           max_turns=args.turns, max_context_tokens=32_768, seed=1000)
+    policy = OpenAIPolicy(urls, "stub", max_connections=args.concurrency)
+    async with policy:
+        rows = await EnvManager(config, policy, renderer=renderer).run()
+    failed = [row.error for row in rows if row.error]
+    if failed:
+        raise SystemExit(f"{len(failed)} episodes failed, e.g. {failed[0]}")
+    return sum(row.num_turns for row in rows), policy
+
+
+def measure(renderer: ChatRenderer, args: argparse.Namespace, good: int, failing: int) -> str:
+    """One table row: ``good`` healthy stubs and ``failing`` ones that answer 500."""
+    ids = renderer.tokenizer.encode(_MOVE, add_special_tokens=False) + [renderer.eos_id]
+    with contextlib.ExitStack() as stack:
+        stubs = [stack.enter_context(StubServer(delay=args.delay, completion_text=_MOVE, completion_ids=ids))
+                 for _ in range(good)]
+        stubs += [stack.enter_context(StubServer(delay=0.0, fail_every=1)) for _ in range(failing)]
+        urls = [stub.base_url for stub in stubs]
+        warm = argparse.Namespace(**{**vars(args), "episodes": 4, "concurrency": 4, "turns": 2})
+        asyncio.run(play(urls, renderer, warm))
+        wall, cpu = time.perf_counter(), time.process_time()
+        turns, policy = asyncio.run(play(urls, renderer, args))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    spread = " / ".join(f"{s.requests}" + (f" ({s.failures})" if s.failures else "")
+                        for s in policy.server_stats())
+    return (f"| {good} | {failing} | {turns} | {wall:.1f} | {turns / wall:,.0f} | "
+            f"{cpu / turns * 1000:.2f} | {spread} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--delay", type=float, default=0.05, help="stub latency in seconds")
+    args = parser.parse_args()
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny")))
+    rows = [measure(renderer, args, good, failing) for good, failing in ((1, 0), (2, 0), (3, 0), (2, 1))]
+    print(f"# bench_servers: {platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}, {args.episodes} episodes x {args.turns} turns, "
+          f"concurrency {args.concurrency}, stub delay {args.delay * 1000:g} ms\n")
+    print("| healthy servers | failing servers | turns | wall s | turns/s | CPU ms per turn | requests (failed) |")
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
