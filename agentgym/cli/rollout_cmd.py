@@ -23,7 +23,7 @@ from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.servers import ServerStats, parse_base_urls
 from agentgym.rollout.rows import TrajectoryRow
 
-__all__ = ["PolicyName", "print_episode", "rollout_command"]
+__all__ = ["PolicyName", "expand_bare_ray", "print_episode", "rollout_command"]
 
 
 class PolicyName(str, Enum):
@@ -50,7 +50,7 @@ def rollout_command(
     resume: Annotated[bool, typer.Option(help="Skip the episodes --out already holds.")] = False,
     chat_mode: Annotated[bool, typer.Option(help="Use chat completions (servers without token ids).")] = False,
     show: Annotated[int, typer.Option(help="Print this many finished episodes in full.")] = 3,
-    ray: Annotated[str | None, typer.Option(metavar="ADDRESS", help="Play on Ray actors: 'local' (a Ray instance on this machine), 'auto' (the cluster `ray start` made) or ray://HOST:PORT. Workers must import agentgym (see docs/scaling.md).")] = None,
+    ray: Annotated[str | None, typer.Option(metavar="[ADDRESS]", help="Play on Ray actors: 'local' or no value (a Ray instance on this machine), 'auto' (the cluster `ray start` made) or ray://HOST:PORT. Workers must import agentgym (see docs/scaling.md).")] = None,
     ray_actors: Annotated[int | None, typer.Option(help="Ray actors (default: one per free CPU, at most one per group); --concurrency is shared out over them.")] = None,
     env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
 ) -> None:
@@ -160,6 +160,24 @@ def _model_free(policy: PolicyName, config: RolloutConfig) -> Any:
 
         return expert_policy(config.env_id)
     return RandomPolicy(seed=config.seed)
+
+
+def expand_bare_ray(args: list[str]) -> list[str]:
+    """``rollout ... --ray`` with no address means ``--ray local``.
+
+    typer parses options itself and cannot give an option an optional value
+    (click's ``flag_value`` is ignored), so the command line is completed
+    before it: a ``--ray`` that ends the line or is followed by another
+    option gets ``local``.
+    """
+    if "rollout" not in args:
+        return args
+    expanded = list(args)
+    for index in range(len(expanded) - 1, args.index("rollout"), -1):
+        following = expanded[index + 1] if index + 1 < len(expanded) else None
+        if expanded[index] == "--ray" and (following is None or following.startswith("-")):
+            expanded.insert(index + 1, "local")
+    return expanded
 
 
 @contextlib.contextmanager

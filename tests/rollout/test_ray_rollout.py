@@ -147,3 +147,25 @@ def test_cli_ray_actors_without_ray_is_refused() -> None:
                                       "--ray-actors", "2"])
     assert result.exit_code != 0
     assert "--ray-actors needs --ray" in result.output
+
+
+def test_a_bare_ray_flag_means_a_local_ray_instance() -> None:
+    """`--ray` with no address (at the end, or before another option) reads as `--ray local`."""
+    from agentgym.cli.rollout_cmd import expand_bare_ray
+
+    assert expand_bare_ray(["rollout", "--env", "E", "--ray"]) == ["rollout", "--env", "E", "--ray", "local"]
+    assert expand_bare_ray(["rollout", "--ray", "--episodes", "4"]) == ["rollout", "--ray", "local", "--episodes", "4"]
+    assert expand_bare_ray(["rollout", "--ray", "auto"]) == ["rollout", "--ray", "auto"]
+    assert expand_bare_ray(["train", "--ray"]) == ["train", "--ray"]  # only rollout has --ray
+
+
+def test_the_agentgym_command_takes_a_bare_ray_flag() -> None:
+    """The real entry point completes `--ray` before typer parses it: a misspelt env is the
+    error reported, not a missing --ray value."""
+    import subprocess
+
+    result = subprocess.run([sys.executable, "-m", "agentgym", "rollout", "--env", "Sokobn-LLM-v0", "--ray"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "Did you mean" in result.stdout + result.stderr
+    assert "requires an argument" not in result.stdout + result.stderr
