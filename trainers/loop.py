@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +29,19 @@ from typing import Any, Self
 from rich.console import Console
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp import FSDPTrainer, init_distributed
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentgym.trainers.fsdp.distributed import broadcast_object
 from agentgym.trainers.metrics import MetricsLogger
-from agentgym.trainers.rollouts import StepRollout, drop_stale, episode_stats, format_warmup_rows, play_step
+from agentgym.trainers.rollouts import (
+    OfflineGroups,
+    StepRollout,
+    drop_stale,
+    episode_stats,
+    format_warmup_rows,
+    play_step,
+)
 
 __all__ = ["LoopState", "TrainResult", "run_training"]
 
@@ -63,33 +68,6 @@ class TrainResult:
     metrics: list[dict[str, float]] = field(default_factory=list)
     final_model: Path | None = None
     stopped_early: bool = False
-
-
-class _Offline:
-    """Whole groups of a rollout file, ``episodes_per_step`` episodes a step, round and round."""
-
-    def __init__(self, path: str, episodes_per_step: int) -> None:
-        from agentgym.rollout.storage import read_rows
-
-        groups: OrderedDict[tuple[str, int, int], list[TrajectoryRow]] = OrderedDict()
-        for row in read_rows(path):
-            if row.error is None:
-                groups.setdefault((row.env_id, row.seed, row.group_id), []).append(row)
-        if not groups:
-            raise ConfigError(f"{path!r} holds no usable rows (all failed, or the file is empty).")
-        self.groups = list(groups.values())
-        self.episodes_per_step = episodes_per_step
-
-    def take(self, position: int) -> tuple[list[TrajectoryRow], int]:
-        """The rows of the next step from group ``position`` on, and the position after them."""
-        rows: list[TrajectoryRow] = []
-        episodes = 0
-        while episodes < self.episodes_per_step:
-            group = self.groups[position % len(self.groups)]
-            rows += group
-            episodes += len({row.episode_id for row in group})
-            position += 1
-        return rows, position % len(self.groups)
 
 
 def run_training(config: TrainConfig, *, console: Console | None = None, stop_after: int | None = None,
@@ -120,7 +98,7 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
             log.note(f"No checkpoint in {out}: starting from step 0.")
         _warm_up(config, trainer, serving, state, log)
         serving.push(trainer)  # the server starts from the trainer's weights (warm-up, checkpoint)
-        offline = _Offline(config.trajectories, config.episodes_per_step) if config.trajectories else None
+        offline = OfflineGroups(config.trajectories, config.episodes_per_step) if config.trajectories else None
         settled = trainer.optimizer_steps  # the trainer as it was after the last whole step
         try:
             for step in range(state.step, config.steps):
@@ -168,7 +146,7 @@ def _warm_up(config: TrainConfig, trainer: FSDPTrainer, serving: _Serving, state
     state.warmed_up = True
 
 
-def _one_step(config: TrainConfig, trainer: FSDPTrainer, serving: _Serving, offline: _Offline | None,
+def _one_step(config: TrainConfig, trainer: FSDPTrainer, serving: _Serving, offline: OfflineGroups | None,
               state: LoopState, step: int, log: MetricsLogger) -> dict[str, float]:
     started = time.perf_counter()
     metrics: dict[str, float] = {}

@@ -10,6 +10,7 @@ not the answer.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from agentgym.errors import ConfigError
@@ -20,8 +21,8 @@ from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows", "play_step",
-           "rollout_config"]
+__all__ = ["OfflineGroups", "StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows",
+           "play_step", "rollout_config"]
 
 _WARMUP_SEED_OFFSET = 1_000_000  # warm-up seeds never meet the training steps' seeds
 
@@ -82,6 +83,45 @@ async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> lis
         max_tokens_per_turn=config.max_tokens, seed=config.seed + _WARMUP_SEED_OFFSET)
     policy = RandomPolicy(seed=config.seed)
     return await EnvManager(rollout, policy, renderer=renderer).run()
+
+
+class OfflineGroups:
+    """Whole groups of a rollout file, ``episodes_per_step`` episodes a step, round and round.
+
+    Offline training (``--trajectories FILE``) of both backends reads its steps from here,
+    so a step trains on the same rows whichever backend runs it.
+    """
+
+    def __init__(self, path: str, episodes_per_step: int) -> None:
+        from agentgym.rollout.storage import read_rows
+
+        groups: OrderedDict[tuple[str, int, int], list[TrajectoryRow]] = OrderedDict()
+        for row in read_rows(path):
+            if row.error is None:
+                groups.setdefault((row.env_id, row.seed, row.group_id), []).append(row)
+        if not groups:
+            raise ConfigError(f"{path!r} holds no usable rows (all failed, or the file is empty).")
+        self.path = path
+        self.groups = list(groups.values())
+        self.episodes_per_step = episodes_per_step
+        self._starts = [0]  # the group each step starts at, as far as walked
+
+    def take(self, position: int) -> tuple[list[TrajectoryRow], int]:
+        """The rows of the next step from group ``position`` on, and the position after them."""
+        rows: list[TrajectoryRow] = []
+        episodes = 0
+        while episodes < self.episodes_per_step:
+            group = self.groups[position % len(self.groups)]
+            rows += group
+            episodes += len({row.episode_id for row in group})
+            position += 1
+        return rows, position % len(self.groups)
+
+    def rows_of_step(self, step: int) -> list[TrajectoryRow]:
+        """The rows training step ``step`` takes (a resumed run starts at any step)."""
+        while len(self._starts) <= step:
+            self._starts.append(self.take(self._starts[-1])[1])
+        return self.take(self._starts[step])[0]
 
 
 def drop_stale(rows: list[TrajectoryRow], version: int, max_staleness: int) -> tuple[list[TrajectoryRow], int]:

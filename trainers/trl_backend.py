@@ -23,6 +23,9 @@ How TRL is driven (one training step = one TRL generation batch):
 - Weight sync (:class:`SyncCallback`, a ``TrainerCallback``): after the last
   optimiser step of each training step (every step with the defaults), so
   the next rollout samples from the new weights.
+- Offline (``--trajectories FILE``, :class:`OfflineRollout`): the step's
+  whole groups of the file instead of a rollout, the same steps the fsdp
+  backend trains on; no server, no sync, no warm-up.
 
 Departures: one process only (TRL splits a generation batch across processes
 and a GRPO group would straddle them: use the fsdp backend on several GPUs).
@@ -49,13 +52,14 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.algorithms import masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, row_advantages
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.rollouts import play_step
+from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
 from agentgym.trainers.sft import quiet_trl, without_printer
 
 __all__ = [
     "AgentGymGRPOTrainer",
     "EnvRollout",
     "FixedRollout",
+    "OfflineRollout",
     "SyncCallback",
     "episode_reward",
     "grpo_args",
@@ -200,6 +204,39 @@ class FixedRollout(_RolloutBase):
             raise ConfigError(f"FixedRollout holds {len(self.rows)} episodes; TRL asked for {len(prompts)} "
                               "(episodes_per_step).")
         return output
+
+
+class OfflineRollout(_RolloutBase):
+    """TRL's ``rollout_func`` for ``--trajectories FILE``: each step's whole groups of the file, no server.
+
+    Step ``k`` gets the groups the fsdp backend's step ``k`` trains on
+    (:class:`~agentgym.trainers.rollouts.OfflineGroups`), found from TRL's
+    step counter, so a resumed run reads on where the stopped one was.
+    """
+
+    def __init__(self, groups: OfflineGroups, eos: int, *, optimizer_steps: int, on_rows: Any = None) -> None:
+        super().__init__()
+        self.groups = groups
+        self.eos = eos
+        self.optimizer_steps = optimizer_steps
+        self.on_rows = on_rows
+
+    def step_output(self, step: int, episodes: int) -> dict[str, list[Any]]:
+        """TRL's batch for training step ``step``; ``episodes``: how many TRL expects."""
+        rows = self.groups.rows_of_step(step)
+        output = self._output(rows, self.eos)
+        if len(self.rows) != episodes:
+            raise ConfigError(
+                f"Step {step} of {self.groups.path!r} is {len(self.rows)} episodes (whole groups), but the trl "
+                f"backend trains on exactly episodes_per_step ({episodes}) a step. Set --episodes-per-step to a "
+                "multiple of the file's group size, or use --backend fsdp.")
+        self.stats, self.seconds = episode_stats(rows), 0.0
+        if self.on_rows is not None:
+            self.on_rows(step, rows)
+        return output
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        return self.step_output(trainer.state.global_step // self.optimizer_steps, len(prompts))
 
 
 class AgentGymGRPOTrainer(GRPOTrainer):
@@ -391,11 +428,22 @@ def _for_rl(optimizer: Any, config: TrainConfig) -> Any:
     return optimizer
 
 
+def _live_rollout(config: TrainConfig, tokenizer: Any, base_url: str, model_name: str, log: Any) -> EnvRollout:
+    from agentgym.rollout.chat import ChatRenderer
+
+    return EnvRollout(config, ChatRenderer(tokenizer), base_url=base_url, model_name=model_name,
+                      on_rows=log.log_samples)
+
+
 @contextlib.contextmanager
-def _server(config: TrainConfig, model_path: str) -> Iterator[tuple[str, str, Any]]:
-    """(base URL, model name, weight sync) of the server the episodes are played against."""
+def _server(config: TrainConfig, model_path: str, needed: bool = True) -> Iterator[tuple[Any, Any, Any]]:
+    """(base URL, model name, weight sync) of the server the episodes are played against
+    (all None when not ``needed``: offline training plays no episodes)."""
     from agentgym.trainers.sync import make_weight_sync
 
+    if not needed:
+        yield None, None, None
+        return
     with contextlib.ExitStack() as stack:
         base_url, name = config.base_url, config.model
         if base_url is None:
@@ -414,21 +462,39 @@ def _server(config: TrainConfig, model_path: str) -> Iterator[tuple[str, str, An
         yield base_url, name, sync
 
 
-def run_trl(config: TrainConfig, *, console: Any = None) -> Any:
-    """``agentgym train --backend trl``: GRPO with TRL's trainer on live episodes.
+class _StopAfter(TrainerCallback):
+    """Stops with a checkpoint once ``steps`` training steps are done, as an interrupted run would."""
+
+    def __init__(self, steps: int, optimizer_steps: int) -> None:
+        self.last = steps * optimizer_steps
+        self.stopped = False
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.last <= state.global_step < state.max_steps:
+            control.should_save = control.should_training_stop = True
+            self.stopped = True
+
+
+def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None = None) -> Any:
+    """``agentgym train --backend trl``: GRPO with TRL's trainer on live episodes or a rollout file.
 
     With no ``base_url`` the built-in server is started on the model (after
     the format warm-up); the weights are pushed to it after every training
-    step. ``resume`` continues from the newest TRL checkpoint in ``<out>/trl``.
+    step. With ``trajectories`` it trains offline on the file's rows (the
+    same steps as the fsdp backend's), with no server and no warm-up.
+    ``resume`` continues from the newest TRL checkpoint in ``<out>/trl``;
+    ``stop_after``: stop (with a checkpoint) once this many steps are done.
     Returns a :class:`~agentgym.trainers.loop.TrainResult`.
     """
-    from agentgym.rollout.chat import ChatRenderer
     from agentgym.trainers.loop import TrainResult
     from agentgym.trainers.metrics import MetricsLogger
 
-    if config.trajectories is not None:
-        raise ConfigError("The trl backend trains online; for a rollout file use --backend fsdp "
-                          "(or --trainer sft to fine-tune on its successful episodes).")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError("The trl backend runs in one process (a GRPO group must not straddle processes); "
+                          "under torchrun use --backend fsdp.")
+    offline = OfflineGroups(config.trajectories, config.episodes_per_step) if config.trajectories else None
+    if offline is not None:  # a file that does not split into steps fails now, not after loading the model
+        OfflineRollout(offline, 0, optimizer_steps=1).step_output(0, config.episodes_per_step)
     out = Path(config.out)
     checkpoint = _latest_trl_checkpoint(out / "trl")
     if checkpoint is not None and not config.resume:
@@ -440,17 +506,26 @@ def run_trl(config: TrainConfig, *, console: Any = None) -> Any:
     result = TrainResult(out=out)
     with MetricsLogger(out, config, start_step=start_step, console=console) as log:
         model, tokenizer, model_path, optimizer = _base_model(config, out, checkpoint is not None, log)
-        with _server(config, model_path) as (base_url, name, sync):
-            rollout = EnvRollout(config, ChatRenderer(tokenizer), base_url=base_url, model_name=name,
-                                 on_rows=log.log_samples)
+        with _server(config, model_path, offline is None) as (base_url, name, sync):
+            rollout: _RolloutBase
+            if offline is not None:
+                rollout = OfflineRollout(offline, tokenizer.eos_token_id, optimizer_steps=optimizer_steps,
+                                         on_rows=log.log_samples)
+            else:
+                rollout = _live_rollout(config, tokenizer, base_url, name, log)
             callback = SyncCallback(rollout, optimizer_steps, sync=sync, log=log)
+            stop = _StopAfter(stop_after if stop_after is not None else config.steps, optimizer_steps)
             trainer = AgentGymGRPOTrainer(config, model, tokenizer, rollout, args=grpo_args(config, out / "trl"),
-                                          callbacks=[callback], peft_config=config.lora_config() if config.lora else None,
+                                          callbacks=[callback, stop],
+                                          peft_config=config.lora_config() if config.lora else None,
                                           optimizer=optimizer)
             if checkpoint is not None:
                 log.note(f"Resuming from {checkpoint} (step {start_step}).")
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
             result.metrics = callback.metrics
+    if stop.stopped:
+        result.stopped_early = True
+        return result
     final = out / "final"
     trained = trainer.model.merge_and_unload() if config.lora else trainer.model
     trained.save_pretrained(final)

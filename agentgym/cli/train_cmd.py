@@ -3,6 +3,8 @@
 Settings come from the :class:`~agentgym.trainers.config.TrainConfig`
 defaults, then ``--config FILE.yaml``, then the flags given (a flag left out
 never overrides the file); ``--set KEY=VALUE`` reaches any other field.
+Across processes: ``torchrun --nproc-per-node N -m agentgym train --backend
+fsdp ...`` (every rank trains, rank 0 alone prints).
 """
 
 from __future__ import annotations

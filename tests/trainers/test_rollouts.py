@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from agentgym.parsing import extract_answer
 from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.rollouts import drop_stale, episode_stats, format_warmup_rows, rollout_config
+from agentgym.rollout.storage import RolloutWriter
+from agentgym.trainers.rollouts import OfflineGroups, drop_stale, episode_stats, format_warmup_rows, rollout_config
 
 
 def test_rows_older_than_the_staleness_limit_are_dropped(make_row) -> None:
@@ -44,3 +46,21 @@ def test_each_step_has_its_own_seeds_and_seeded_sampling() -> None:
     first, second = rollout_config(config, 0), rollout_config(config, 1)
     assert first.seed != second.seed and first.sampling_seed != second.sampling_seed
     assert first.episodes == config.episodes_per_step and first.max_tokens_per_turn == config.max_tokens
+
+
+def test_offline_steps_take_whole_groups_round_and_round(make_row, tmp_path: Path) -> None:
+    """Groups of 2, 3 and 2 episodes (a failed one left out), 4 episodes a step."""
+    path = tmp_path / "rows.parquet"
+    with RolloutWriter(path) as writer:
+        for group, size in enumerate([2, 3, 2]):
+            writer.add([make_row(group=group, index=i, seed=group) for i in range(size)])
+        writer.add([make_row(group=0, index=9, seed=0).model_copy(update={"error": "TimeoutError"})])
+    offline = OfflineGroups(str(path), episodes_per_step=4)
+    groups_of = [sorted({row.group_id for row in offline.rows_of_step(step)}) for step in range(4)]
+    assert groups_of == [[0, 1], [0, 2], [1, 2], [0, 1]]  # step 1 wraps: groups 2 then 0
+    assert len(offline.rows_of_step(0)) == 5 and all(row.error is None for row in offline.rows_of_step(3))
+    position, walked = 0, []
+    for _ in range(4):  # what the fsdp loop does, carrying the position in its checkpoint
+        rows, position = offline.take(position)
+        walked.append(rows)
+    assert walked == [offline.rows_of_step(step) for step in range(4)]

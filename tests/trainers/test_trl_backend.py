@@ -60,12 +60,6 @@ def test_a_batch_that_does_not_split_says_what_would(tmp_path: Path) -> None:
         grpo_args(config, tmp_path)
 
 
-def test_the_trl_backend_trains_online_only(tmp_path: Path) -> None:
-    config = TrainConfig(backend="trl", trajectories=str(tmp_path / "r.parquet"), out=str(tmp_path))
-    with pytest.raises(ConfigError, match="The trl backend trains online; for a rollout file use --backend fsdp"):
-        run_trl(config)
-
-
 def test_the_reward_function_reads_the_episode_reward() -> None:
     assert episode_reward(["p", "q"], ["a", "b"], env_reward=[1, -0.1], trainer_state=None) == [1.0, -0.1]
 
@@ -108,3 +102,26 @@ def test_trl_backend_learns_bandit_with_the_defaults(tmp_path: Path) -> None:
     assert sum(success[-5:]) / 5 >= 0.9, success
     assert result.final_model is not None and (result.final_model / "model.safetensors").exists()
     assert torch.isfinite(torch.tensor([m["loss"] for m in result.metrics])).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_online_trl_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: Path) -> None:
+    """Stopped after 1 of 3 steps, resumed with a fresh built-in server: the same episodes, the same learning."""
+    def config(out: str, **changes: object) -> TrainConfig:
+        return TrainConfig(env_id=BANDIT, backend="trl", out=str(tmp_path / out), steps=3, group_size=4,
+                           episodes_per_step=8, format_warmup_episodes=16, format_warmup_steps=20,
+                           checkpoint_every=100, seed=5, **changes)
+
+    run_trl(config("straight"))
+    assert run_trl(config("resumed"), stop_after=1).stopped_early
+    run_trl(config("resumed", resume=True))  # the warmed-up base from the run folder, synced from the checkpoint
+    want = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+    got = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [0, 1, 2]
+    for a, b in zip(got, want):
+        for key in ("success", "reward", "valid_actions", "sampled_tokens", "policy_version"):
+            assert a[key] == b[key], (a["step"], key)
+        for key in ("loss", "grad_norm", "entropy", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert any(r["grad_norm"] > 0 for r in want[1:]), want  # the resumed steps did learn something

@@ -4,9 +4,11 @@ One :meth:`FSDPTrainer.train_step` takes a step's trajectory rows and:
 
 1. :meth:`compute_advantages`: group-relative, one per row (zero-variance
    groups skipped when configured);
-2. turns the rows into sequences, spreads them over the ranks, splits them
-   into ``mini_batches`` (one optimiser step each) and those into packed or
-   padded micro-batches whose gradients accumulate;
+2. turns the rows into sequences, deals them out over the ranks, shuffles
+   and splits the whole step into ``mini_batches`` (one optimiser step each;
+   a rank trains on its own sequences of each) and a rank's part into packed
+   or padded micro-batches whose gradients accumulate (so N ranks compute
+   what one process does, up to the order of the sums);
 3. :meth:`compute_logprobs` / :meth:`compute_loss`: the clipped token-level
    loss of :func:`agentgym.trainers.algorithms.policy_loss`, importance-
    corrected against the server's logprobs, normalised over the whole
@@ -209,14 +211,17 @@ class FSDPTrainer:
         start = time.perf_counter()
         advantages = self.compute_advantages(rows)
         sequences = to_sequences(rows, advantages)
-        local = self._my_share(sequences)
         stats = StepStats(grad_norms=[])
+        local = self._my_share(sequences)
         self._remember_old_logprobs(local)
+        mine = {id(sequence) for sequence in local}
         generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.version)
         for _ in range(self.config.epochs):
-            order = torch.randperm(len(local), generator=generator).tolist()
-            for mini in self._split([local[i] for i in order], self.config.mini_batches):
-                self._optimizer_step(mini, stats)
+            # Shuffle and split the whole step, then each rank trains on its part of each
+            # mini-batch: every optimiser step sees the same sequences whatever the number of ranks.
+            order = torch.randperm(len(sequences), generator=generator).tolist()
+            for mini in self._split([sequences[i] for i in order], self.config.mini_batches):
+                self._optimizer_step([s for s in mini if id(s) in mine], stats)
         self.version += 1
         return self._metrics(stats, rows, advantages, sequences, time.perf_counter() - start)
 
@@ -240,7 +245,7 @@ class FSDPTrainer:
         return self._metrics(stats, rows, [1.0] * len(rows), sequences, time.perf_counter() - start)
 
     def _my_share(self, sequences: list[TrainSequence]) -> list[TrainSequence]:
-        """This rank's sequences: dealt longest first, round robin, so tokens balance."""
+        """This rank's share of ``sequences``: dealt longest first, round robin, so tokens balance."""
         order = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].input_ids), i))
         return [sequences[i] for i in order[self.dist.rank::self.dist.world_size]]
 
