@@ -13,8 +13,10 @@ failures (no engine, a lost container) raise, as :class:`SandboxError`.
 from __future__ import annotations
 
 import asyncio
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -83,6 +85,9 @@ class Sandbox(ABC):
 
     def __init__(self, limits: Limits | None = None) -> None:
         self.limits = limits or Limits()
+        #: the threads :meth:`arun` runs on; a backend that sizes its own pool (one thread
+        #: per container, per request in flight) sets it, None means asyncio's default
+        self._runs: Executor | None = None
 
     @abstractmethod
     def run(self, code: str, *, language: str = "python", stdin: str = "",
@@ -97,9 +102,10 @@ class Sandbox(ABC):
     async def arun(self, code: str, *, language: str = "python", stdin: str = "",
                    files: Mapping[str, str | bytes] | None = None,
                    timeout: float | None = None) -> ExecResult:
-        """``run`` without blocking the event loop (a thread by default; backends may do better)."""
-        return await asyncio.to_thread(self.run, code, language=language, stdin=stdin,
-                                       files=files, timeout=timeout)
+        """``run`` on a thread (the backend's own pool, when it has one), so the loop never blocks."""
+        call = functools.partial(self.run, code, language=language, stdin=stdin, files=files,
+                                 timeout=timeout)
+        return await asyncio.get_running_loop().run_in_executor(self._runs, call)
 
     def close(self) -> None:
         """Release everything the sandbox holds (containers, processes). Safe to call twice."""

@@ -37,9 +37,7 @@ sandbox clean``, removes it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import logging
 import os
 import socket
@@ -333,14 +331,6 @@ class DockerSandbox(Sandbox):
         _log.warning("A sandbox container broke during a run (%s); replacing it.", exc)
         return ExecResult(stdout="", stderr=f"[sandbox: the container stopped during the run: {exc}]\n",
                           exit_code=None, oom=oom)
-
-    async def arun(self, code: str, *, language: str = "python", stdin: str = "",
-                   files: Mapping[str, str | bytes] | None = None,
-                   timeout: float | None = None) -> ExecResult:
-        """``run`` on this sandbox's own threads (one per container), so the loop never blocks."""
-        call = functools.partial(self.run, code, language=language, stdin=stdin, files=files,
-                                 timeout=timeout)
-        return await asyncio.get_running_loop().run_in_executor(self._runs, call)
 
     def close(self) -> None:
         """Remove every container of this sandbox. Safe to call twice."""

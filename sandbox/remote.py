@@ -32,8 +32,6 @@ straight to the hosts (proxy variables are ignored).
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import os
 import threading
@@ -252,14 +250,6 @@ class RemoteSandbox(Sandbox):
         finally:
             with self._lock:
                 host.in_flight -= 1
-
-    async def arun(self, code: str, *, language: str = "python", stdin: str = "",
-                   files: Mapping[str, str | bytes] | None = None,
-                   timeout: float | None = None) -> ExecResult:
-        """``run`` on this sandbox's own threads (``max_in_flight``), so the loop never blocks."""
-        call = functools.partial(self.run, code, language=language, stdin=stdin, files=files,
-                                 timeout=timeout)
-        return await asyncio.get_running_loop().run_in_executor(self._runs, call)
 
     def close(self) -> None:
         """Close the connections (the services keep running). Safe to call twice."""
