@@ -47,6 +47,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentgym.asgi import CatchAll
 from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, ServerStartError
 from agentgym.sandbox.base import LANGUAGES, Sandbox
 
@@ -128,11 +129,8 @@ def _error(status: int, message: str, *, param: str | None = None, kind: str = "
 
 
 class _Guard:
-    """ASGI middleware, outermost: the token, the body size cap, and a 500 for the unexpected.
-
-    Unlike an ``Exception`` handler (which Starlette re-raises, so uvicorn drops
-    the connection), an unexpected error is answered and the server keeps serving.
-    """
+    """ASGI middleware, outermost: the token and the body size cap, checked before the app
+    reads anything (an unexpected error inside is :class:`~agentgym.asgi.CatchAll`'s)."""
 
     def __init__(self, app: Any, token: str | None) -> None:
         self.app = app
@@ -160,24 +158,7 @@ class _Guard:
                               f"(Content-Length {length.decode(errors='replace')}).",
                          kind="RequestTooLarge")(scope, receive, send)
             return
-        await self._call_guarded(scope, receive, send)
-
-    async def _call_guarded(self, scope: Any, receive: Any, send: Any) -> None:
-        started = False
-
-        async def watch(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watch)
-        except Exception as exc:  # broad on purpose: no request may take the service down
-            _log.exception("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
-            if started:
-                raise
-            await _error(500, f"internal error: {type(exc).__name__}: {exc}",
-                         kind="InternalServerError")(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class _Slots:
@@ -254,6 +235,8 @@ def create_app(sandbox: Sandbox, *, token: str | None = None, pool_size: int = 4
                 return _error(503, f"The sandbox failed: {exc}", kind="SandboxError")
         return dataclasses.asdict(result)
 
+    app.add_middleware(CatchAll, log=_log,
+                       answer=functools.partial(_error, 500, kind="InternalServerError"))
     return _Guard(app, token)
 
 

@@ -39,9 +39,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import agentgym
+from agentgym.asgi import CatchAll
 from agentgym.errors import AuthenticationError, InvalidRequestError, ModelNotFoundError, ServeError
 from agentgym.serve.batch import SequenceUpdate
 from agentgym.serve.engine import Engine, Generation
@@ -112,37 +113,8 @@ class _RequireKey:
         await self.app(scope, receive, send)
 
 
-class _CatchAll:
-    """ASGI middleware: an unexpected exception becomes a logged 500 in the error shape.
-
-    Unlike an ``Exception`` handler (which Starlette re-raises, so uvicorn
-    drops the connection), the connection stays usable for the client's next
-    request. A stream that already started can only be cut short.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def watch(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watch)
-        except Exception as exc:  # broad on purpose: no request may take the server down
-            _log.exception("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
-            if started:
-                raise
-            response = error_response(500, f"internal error: {type(exc).__name__}: {exc}",
-                                      error_type="InternalServerError")
-            await response(scope, receive, send)
+def _internal_error(message: str) -> Response:
+    return error_response(500, message, error_type="InternalServerError")
 
 
 def create_app(engine: Engine, *, api_key: str | None = None,
@@ -154,7 +126,8 @@ def create_app(engine: Engine, *, api_key: str | None = None,
     app.state.served_model_name = name
     if api_key:
         app.add_middleware(_RequireKey, key=api_key)
-    app.add_middleware(_CatchAll)  # added last: the outermost, so it also covers the key check
+    # Added last: the outermost of ours, so it also covers the key check.
+    app.add_middleware(CatchAll, answer=_internal_error, log=_log)
     _add_error_handlers(app)
     _add_info_routes(app, engine, name)
     _add_generation_routes(app, engine, name)

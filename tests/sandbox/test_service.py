@@ -306,3 +306,26 @@ def test_the_docker_pool_served(docker_sandbox: DockerSandbox) -> None:
         assert remote.run("import os; print(os.getuid() != 0)").stdout == "True\n"
         assert remote.run("while True: pass", timeout=1).timed_out
         assert remote.run("print(input())", stdin="docker\n").stdout == "docker\n"
+
+
+class _BrokenOnce(LocalSandbox):
+    """A backend with a bug: its first run raises something no backend should."""
+
+    def __init__(self) -> None:
+        super().__init__(LIMITS)
+        self.broken = True
+
+    def run(self, code: str, **kwargs: Any) -> Any:
+        if self.broken:
+            self.broken = False
+            raise RuntimeError("boom")
+        return super().run(code, **kwargs)
+
+
+def test_a_bug_behind_the_service_is_a_500_and_the_service_goes_on() -> None:
+    with _BrokenOnce() as sandbox, ServiceThread(sandbox) as running:
+        failed = httpx2.post(f"{running.url}/run", json={"code": "print(1)"}, timeout=30, trust_env=False)
+        assert failed.status_code == 500
+        assert failed.json()["error"]["message"] == "internal error: RuntimeError: boom"
+        again = httpx2.post(f"{running.url}/run", json={"code": "print(1)"}, timeout=30, trust_env=False)
+        assert again.status_code == 200 and again.json()["stdout"] == "1\n"
