@@ -21,7 +21,10 @@ from typing import Any
 from agentgym.errors import ConfigError
 from agentgym.trainers.metrics import METRICS_FILE, SAMPLES_FILE, read_jsonl
 
-__all__ = ["CHARTS", "render_report", "svg_chart", "write_report"]
+__all__ = ["CHARTS", "EVAL_FILE", "render_report", "svg_chart", "write_report"]
+
+#: results of ``agentgym eval`` on the run's model, written by that command into the run folder
+EVAL_FILE = "eval.json"
 
 #: (title, metric keys drawn together) of each chart, in page order
 CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -123,6 +126,32 @@ def _summary(records: list[dict[str, Any]]) -> str:
             + f"</table><p>{len(records)} steps logged, {seconds:,.0f} s of training loop.</p>")
 
 
+def _evaluations(folder: Path) -> str:
+    """The ``agentgym eval`` results kept in the run's eval.json, as a table ("" when none)."""
+    path = folder / EVAL_FILE
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8")).get("evals", []) if path.is_file() else []
+    except (OSError, ValueError, AttributeError):
+        return "<h2>Evaluation</h2><p>eval.json could not be read.</p>"
+    rows = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        kwargs = ", ".join(f"{k}={v}" for k, v in dict(entry.get("env_kwargs") or {}).items())
+        cells = [f"{entry.get('env_id', '')} {kwargs}".strip(), str(entry.get("policy", "")),
+                 str(entry.get("episodes", "")), str(entry.get("seed_offset", ""))]
+        for key, percent in (("success_rate", True), ("mean_turns", False), ("invalid_action_rate", True)):
+            value = entry.get(key)
+            cells.append(("" if not isinstance(value, (int, float)) else
+                          f"{value:.1%}" if percent else f"{value:.1f}"))
+        rows.append("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in cells) + "</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{name}</th>" for name in ("env", "model", "episodes", "first seed", "success",
+                                                    "mean turns", "invalid actions"))
+    return f"<h2>Evaluation (unseen seeds)</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
 def _episodes(samples: list[dict[str, Any]], limit: int) -> str:
     if not samples:
         return "<p>No sampled episodes.</p>"
@@ -172,7 +201,7 @@ def render_report(run_dir: str | Path, *, episodes: int = 4) -> str:
     return (
         f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-        f"<h2>Summary</h2>{_summary(records)}"
+        f"<h2>Summary</h2>{_summary(records)}{_evaluations(folder)}"
         f"<h2>Curves</h2><div class=\"charts\">{charts}</div>"
         f"<h2>Sampled episodes</h2>{_episodes(read_jsonl(folder / SAMPLES_FILE), episodes)}"
         f"<h2>Settings</h2><details><summary>config.yaml</summary><pre>{html.escape(config_text)}</pre></details>"

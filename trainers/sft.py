@@ -106,14 +106,26 @@ def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer
 
 
+def _lr_schedule(name: str, warmup_steps: int, min_lr_ratio: float) -> dict[str, Any]:
+    """transformers' scheduler arguments for a TrainConfig schedule (constant, linear, cosine)."""
+    if name == "cosine":
+        return {"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": min_lr_ratio},
+                "warmup_steps": warmup_steps}
+    if name == "linear":
+        return {"lr_scheduler_type": "linear", "warmup_steps": warmup_steps}
+    return {"lr_scheduler_type": "constant_with_warmup" if warmup_steps else "constant",
+            "warmup_steps": warmup_steps}
+
+
 def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, max_length: int,
-              max_grad_norm: float, adam_betas: tuple[float, float], logging: bool) -> Any:
+              max_grad_norm: float, adam_betas: tuple[float, float], logging: bool,
+              schedule: dict[str, Any]) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
         output_dir=str(out), use_cpu=not torch.cuda.is_available(), bf16=False,
         max_steps=steps, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
-        learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        learning_rate=lr, weight_decay=0.0, **schedule,
         adam_beta1=adam_betas[0], adam_beta2=adam_betas[1],
         max_grad_norm=max_grad_norm or 1e9, seed=seed, data_seed=seed,
         completion_only_loss=True, max_length=max_length, logging_steps=1,
@@ -125,10 +137,13 @@ def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, m
 def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, steps: int, lr: float,
               batch_size: int, seed: int = 0, max_length: int = 4096, max_grad_norm: float = 1.0,
               adam_betas: tuple[float, float] = (0.9, 0.99), logging: bool = False,
-              optimizer_out: list[Any] | None = None) -> list[dict[str, float]]:
+              optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
+              min_lr_ratio: float = 0.1) -> list[dict[str, float]]:
     """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).
 
     ``optimizer_out``, when given, receives the AdamW used (its moments can carry on into RL).
+    ``lr_schedule`` (constant, linear, cosine down to ``min_lr_ratio * lr``) after
+    ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
     """
     from trl import SFTTrainer
 
@@ -136,7 +151,7 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
         raise ConfigError(f"steps and batch_size must be >= 1 and lr > 0, got {steps}, {batch_size}, {lr}.")
     args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=min(batch_size, len(dataset)), seed=seed,
                      max_length=max_length, max_grad_norm=max_grad_norm, adam_betas=adam_betas,
-                     logging=logging)
+                     logging=logging, schedule=_lr_schedule(lr_schedule, warmup_steps, min_lr_ratio))
     with quiet_trl():
         trainer = without_printer(SFTTrainer(model=model, args=args, train_dataset=dataset,
                                              processing_class=tokenizer))
@@ -206,7 +221,8 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
         logs = sft_train(model, tokenizer, dataset, out=out / "sft", steps=config.steps, lr=config.lr,
                          batch_size=config.micro_batch_size, seed=config.seed,
                          max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
-                         adam_betas=config.adam_betas)
+                         adam_betas=config.adam_betas, lr_schedule=config.lr_schedule,
+                         warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio)
         for step, record in enumerate(logs):
             metrics = {"loss": record["loss"], "train_rows": float(len(dataset))}
             if "mean_token_accuracy" in record:

@@ -1,14 +1,16 @@
 """The ``agentgym`` command: ``list``, ``play``, ``rollout``, ``view``, ``serve``, ``sandbox``,
-``train``, ``report``.
+``train``, ``report``, ``eval``.
 
 Each command lives in its own module; this one only assembles the app.
 """
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-from agentgym.cli import envs_cmd, rollout_cmd, sandbox_cmd, serve_cmd, train_cmd, view_cmd
+from agentgym.cli import envs_cmd, eval_cmd, rollout_cmd, sandbox_cmd, serve_cmd, train_cmd, view_cmd
 
 __all__ = ["app", "main"]
 
@@ -27,8 +29,9 @@ app.command("serve")(serve_cmd.serve_command)
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("train")(train_cmd.train_command)
 app.command("report")(train_cmd.report_command)
+app.command("eval")(eval_cmd.eval_command)
 
 
 def main() -> None:
     """Entry point of the ``agentgym`` script."""
-    app()
+    app(args=rollout_cmd.expand_bare_ray(sys.argv[1:]))

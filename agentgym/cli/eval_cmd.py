@@ -1,0 +1,196 @@
+"""``agentgym eval``: how well a model (or the random / expert policy) plays levels it never saw.
+
+Plays ``--episodes`` episodes on seeds ``--seed-offset``, ``--seed-offset + 1``,
+... (training and demonstrations use seeds from 0, so an offset of 100000
+keeps them apart), greedily by default, and prints success rate, mean turns
+and the invalid-action rate. With ``--out RUN_DIR``, or when ``--model`` is
+the ``final`` (or a checkpoint) folder of an ``agentgym train`` run, the result
+is added to ``RUN_DIR/eval.json``, which ``agentgym report`` shows::
+
+    agentgym eval --env Sokoban-LLM-v0 --model runs/sft/final --episodes 200 --seed-offset 100000
+    agentgym eval --env Sokoban-LLM-v0 --policy solver -k dim_room=[7,7] -k num_boxes=2
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
+from agentgym.cli.rollout_cmd import PolicyName
+from agentgym.errors import AgentGymError
+from agentgym.rollout.manager import EnvManager, RolloutConfig
+from agentgym.rollout.rows import TrajectoryRow
+
+__all__ = ["EVAL_FILE", "EvalResult", "add_result", "eval_command", "result_table", "run_dir_of",
+           "summarize"]
+
+EVAL_FILE = "eval.json"  # what `agentgym report` reads (agentgym.trainers.report.EVAL_FILE)
+
+
+@dataclass
+class EvalResult:
+    """What one evaluation measured (one entry of ``eval.json``)."""
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    policy: str
+    episodes: int
+    seed_offset: int
+    temperature: float
+    success_rate: float
+    mean_turns: float
+    invalid_action_rate: float
+    mean_reward: float
+    failed: int
+    seconds: float = 0.0
+
+    def same_setting(self, other: dict[str, Any]) -> bool:
+        """Whether ``other`` (an eval.json entry) measured the same thing (it is then replaced)."""
+        keys = ("env_id", "env_kwargs", "policy", "episodes", "seed_offset", "temperature")
+        return all(other.get(key) == getattr(self, key) for key in keys)
+
+
+def summarize(rows: list[TrajectoryRow], **setting: Any) -> EvalResult:
+    """The :class:`EvalResult` of an evaluation's rows (one per episode counts, its first row).
+
+    The invalid-action rate is per turn: invalid actions over all turns played.
+    """
+    episodes = [row for row in rows if row.row_index == 0]
+    count = max(len(episodes), 1)
+    turns = sum(row.num_turns for row in episodes)
+    return EvalResult(
+        **setting, episodes=len(episodes),
+        success_rate=sum(row.success for row in episodes) / count,
+        mean_turns=turns / count,
+        invalid_action_rate=sum(row.invalid_actions for row in episodes) / max(turns, 1),
+        mean_reward=sum(row.reward for row in episodes) / count,
+        failed=sum(row.error is not None for row in episodes),
+    )
+
+
+def eval_command(
+    env_id: Annotated[str, typer.Option("--env", help="Env id, e.g. Sokoban-LLM-v0.")],
+    model: Annotated[str, typer.Option(help="Model: 'tiny', a local folder (e.g. RUN/final) or a hub id.")] = "tiny",
+    policy: Annotated[PolicyName, typer.Option(help="Who plays: the model, random moves, or the env's expert (solver).")] = PolicyName.model,
+    episodes: Annotated[int, typer.Option(help="Episodes (one per seed).")] = 200,
+    seed_offset: Annotated[int, typer.Option(help="Seed of the first episode; keep it apart from training seeds.")] = 100_000,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
+    max_turns: Annotated[int | None, typer.Option(help="Turn limit (default: the env's).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens one turn may sample.")] = 32,
+    max_context: Annotated[int, typer.Option(help="Tokens an episode may hold.")] = 4096,
+    concurrency: Annotated[int, typer.Option(help="Episodes playing at once.")] = 32,
+    out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
+    env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
+) -> None:
+    """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
+    try:
+        config = RolloutConfig(
+            env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
+            concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
+            max_tokens_per_turn=max_tokens, seed=seed_offset, sampling_seed=seed_offset,
+        )
+        started = time.monotonic()
+        rows = asyncio.run(_play(config, policy, model, temperature))
+    except AgentGymError as exc:
+        raise fail(str(exc)) from exc
+    who = model if policy is PolicyName.model else policy.value
+    result = summarize(rows, env_id=env_id, env_kwargs=config.env_kwargs, policy=who,
+                       seed_offset=seed_offset, temperature=temperature)
+    result.seconds = round(time.monotonic() - started, 1)
+    console.print(result_table(result))
+    run_dir = out if out is not None else (run_dir_of(model) if policy is PolicyName.model else None)
+    if run_dir is not None:
+        path = add_result(run_dir, result)
+        console.print(f"Result added to {escape(str(path))} (agentgym report {escape(str(run_dir))} shows it).")
+
+
+async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float) -> list[TrajectoryRow]:
+    async with _policy(config, policy, model, temperature) as (player, renderer):
+        with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            task = progress.add_task("eval", total=config.episodes)
+            manager = EnvManager(config, player, renderer=renderer,
+                                 on_episode=lambda rows: progress.advance(task))
+            return await manager.run()
+
+
+@contextlib.asynccontextmanager
+async def _policy(config: RolloutConfig, policy: PolicyName, model: str,
+                  temperature: float) -> AsyncIterator[tuple[Any, Any]]:
+    """The player and its renderer: a model-free policy needs no renderer (no token ids kept)."""
+    if policy is PolicyName.solver:
+        from agentgym.rollout.experts import expert_policy
+
+        yield expert_policy(config.env_id), None
+        return
+    if policy is PolicyName.random:
+        from agentgym.rollout.policies import RandomPolicy
+
+        yield RandomPolicy(seed=config.seed), None
+        return
+    from transformers import AutoTokenizer
+
+    from agentgym.models import resolve_model
+    from agentgym.rollout.chat import ChatRenderer
+    from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
+    from agentgym.serve.launch import BuiltinServer
+
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model(model)))
+    sampling = SamplingConfig(temperature=temperature, max_tokens=config.max_tokens_per_turn)
+    console.print(f"Starting the built-in server with model {escape(model)} ...")
+    with BuiltinServer(model) as server:
+        async with OpenAIPolicy(server.base_url, server.model_name, sampling=sampling,
+                                max_connections=config.concurrency) as player:
+            yield player, renderer
+
+
+def run_dir_of(model: str) -> Path | None:
+    """The training run a model folder belongs to (``RUN/final``, ``RUN/checkpoints/...``), if any.
+
+    A run folder is recognised by its ``config.yaml`` and ``metrics.jsonl``.
+    """
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    for parent in list(folder.resolve().parents)[:3]:
+        if (parent / "config.yaml").is_file() and (parent / "metrics.jsonl").is_file():
+            return parent
+    return None
+
+
+def add_result(run_dir: Path, result: EvalResult) -> Path:
+    """Add ``result`` to ``run_dir/eval.json`` (replacing an entry with the same setting)."""
+    path = Path(run_dir) / EVAL_FILE
+    entries: list[dict[str, Any]] = []
+    if path.is_file():
+        with contextlib.suppress(json.JSONDecodeError, OSError):  # a broken file is rewritten
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+            entries = [e for e in loaded.get("evals", []) if isinstance(e, dict)] if isinstance(loaded, dict) else []
+    entries = [entry for entry in entries if not result.same_setting(entry)] + [asdict(result)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"evals": entries}, indent=1), encoding="utf-8")
+    return path
+
+
+def result_table(result: EvalResult) -> Table:
+    """The result as a rich table."""
+    kwargs = ", ".join(f"{key}={value}" for key, value in result.env_kwargs.items())
+    table = Table(title=f"{result.env_id}{f' ({kwargs})' if kwargs else ''}: {result.policy}, "
+                        f"seeds {result.seed_offset}..{result.seed_offset + result.episodes - 1}")
+    for column in ("episodes", "success rate", "mean turns", "invalid actions", "mean reward", "failed"):
+        table.add_column(column, justify="right")
+    table.add_row(str(result.episodes), f"{result.success_rate:.1%}", f"{result.mean_turns:.1f}",
+                  f"{result.invalid_action_rate:.1%}", f"{result.mean_reward:.2f}", str(result.failed))
+    return table

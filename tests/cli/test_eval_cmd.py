@@ -1,0 +1,109 @@
+"""``agentgym eval`` and ``rollout --policy solver``: the pieces of examples/sokoban_from_scratch.sh, small."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentgym.cli import app
+from agentgym.cli.eval_cmd import EVAL_FILE, EvalResult, add_result, run_dir_of
+from agentgym.rollout.storage import read_rows
+from agentgym.trainers import report
+
+runner = CliRunner()
+
+
+def _flat(output: str) -> str:
+    return " ".join(output.split())  # the console wraps long lines
+
+
+def test_the_solver_wins_unseen_levels() -> None:
+    result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "solver", "--episodes", "20",
+                                 "-k", "dim_room=[7,7]", "-k", "num_boxes=2"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    output = _flat(result.output)
+    assert "seeds 100000..100019" in output and "num_boxes=2" in output
+    assert "│ 20 │ 100.0% │" in output
+
+
+def test_random_play_is_a_baseline_with_a_table() -> None:
+    result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "10",
+                                 "--max-turns", "3"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    output = _flat(result.output)
+    assert "seeds 100000..100009" in output and "success rate" in output and "invalid" in output
+
+
+@pytest.mark.parametrize("command", ["eval", "rollout"])
+def test_solver_for_an_env_without_one_is_a_clear_error(command: str) -> None:
+    result = runner.invoke(app, [command, "--env", "Wordle-LLM-v0", "--policy", "solver", "--episodes", "2"],
+                           terminal_width=300)
+    assert result.exit_code == 2
+    assert "Wordle-LLM-v0 has no expert policy (--policy solver); envs with one:" in _flat(result.output)
+
+
+def test_demos_sft_then_eval_writes_eval_json_and_the_report_shows_it(tmp_path: Path) -> None:
+    """The recipe in miniature: solver demos -> SFT of the tiny model -> eval of its checkpoint."""
+    demos = tmp_path / "demos.parquet"
+    result = runner.invoke(app, ["rollout", "--env", "Sokoban-LLM-v0", "--policy", "solver", "--episodes", "4",
+                                 "--out", str(demos), "--show", "0"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    rows = read_rows(demos)
+    assert len(rows) == 4 and all(row.success for row in rows)
+    run = tmp_path / "sft"
+    result = runner.invoke(app, ["train", "--trainer", "sft", "--backend", "trl", "--trajectories", str(demos),
+                                 "--steps", "2", "--out", str(run), "-s", "micro_batch_size=2",
+                                 "-s", "lr_schedule=cosine", "-s", "warmup_steps=1"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--model", str(run / "final"), "--episodes", "2",
+                                 "--max-turns", "2", "--max-tokens", "8"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert f"Result added to {run / EVAL_FILE}" in _flat(result.output)
+    entry = json.loads((run / EVAL_FILE).read_text())["evals"][0]
+    assert entry["episodes"] == 2 and entry["seed_offset"] == 100_000 and entry["temperature"] == 0.0
+    assert 0.0 <= entry["success_rate"] <= 1.0 and entry["mean_turns"] <= 2
+    page = report.render_report(run)
+    assert "Evaluation (unseen seeds)" in page and str(run / "final") in page
+
+
+def test_eval_json_keeps_one_entry_per_setting(tmp_path: Path) -> None:
+    def result(env_kwargs: dict, success: float) -> EvalResult:
+        return EvalResult(env_id="Sokoban-LLM-v0", env_kwargs=env_kwargs, policy="m", episodes=10,
+                          seed_offset=100_000, temperature=0.0, success_rate=success, mean_turns=5.0,
+                          invalid_action_rate=0.0, mean_reward=1.0, failed=0)
+    add_result(tmp_path, result({}, 0.5))
+    add_result(tmp_path, result({"num_boxes": 2}, 0.2))
+    add_result(tmp_path, result({}, 0.9))  # the same setting again: replaces the first
+    entries = json.loads((tmp_path / EVAL_FILE).read_text())["evals"]
+    assert [(e["env_kwargs"], e["success_rate"]) for e in entries] == [({"num_boxes": 2}, 0.2), ({}, 0.9)]
+    (tmp_path / EVAL_FILE).write_text("{not json")  # a broken file is replaced, not a crash
+    add_result(tmp_path, result({}, 0.7))
+    assert len(json.loads((tmp_path / EVAL_FILE).read_text())["evals"]) == 1
+
+
+def test_a_model_folder_outside_a_run_writes_nothing(tmp_path: Path) -> None:
+    assert run_dir_of(str(tmp_path)) is None and run_dir_of("tiny") is None
+    (tmp_path / "config.yaml").write_text("steps: 1\n")
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "final").mkdir()
+    assert run_dir_of(str(tmp_path / "final")) == tmp_path.resolve()
+
+
+def test_the_report_reads_the_file_eval_writes() -> None:
+    assert report.EVAL_FILE == EVAL_FILE
+
+
+def test_the_report_escapes_eval_json_and_survives_a_broken_one(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
+    entry = {"env_id": "Sokoban-LLM-v0", "env_kwargs": {"num_boxes": 2}, "policy": "<script>x</script>",
+             "episodes": 5, "seed_offset": 100_000, "success_rate": 0.8, "mean_turns": 6.25,
+             "invalid_action_rate": "n/a"}
+    (tmp_path / EVAL_FILE).write_text(json.dumps({"evals": [entry, "junk"]}))
+    page = report.render_report(tmp_path)
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>" not in page
+    assert "80.0%" in page and "6.2" in page and "num_boxes=2" in page
+    (tmp_path / EVAL_FILE).write_text("[1, 2")
+    assert "eval.json could not be read" in report.render_report(tmp_path)
