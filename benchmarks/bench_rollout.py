@@ -22,46 +22,20 @@ Targets (issue 3): at least 90% of ideal, under 1 ms CPU per turn.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import os
 import platform
-import time
 
-from transformers import AutoTokenizer
+from stub_rollout import move_stub, tiny_renderer, warm_then_time
 
-from agentgym.models import resolve_model
 from agentgym.rollout.chat import ChatRenderer
-from agentgym.rollout.manager import EnvManager, RolloutConfig
-from agentgym.rollout.policy import OpenAIPolicy
-from agentgym.serve.stub import StubServer
-
-_MOVE = "<answer>Wait</answer>"
-
-
-async def play(base_url: str, renderer: ChatRenderer, args: argparse.Namespace) -> int:
-    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=args.episodes, concurrency=args.concurrency,
-                           max_turns=args.turns, max_context_tokens=32_768)
-    async with OpenAIPolicy(base_url, "stub", max_connections=args.concurrency) as policy:
-        rows = await EnvManager(config, policy, renderer=renderer).run()
-    failed = [row.error for row in rows if row.error]
-    if failed:
-        raise SystemExit(f"{len(failed)} episodes failed, e.g. {failed[0]}")
-    return sum(row.num_turns for row in rows)
 
 
 def measure(renderer: ChatRenderer, args: argparse.Namespace, delay: float) -> str:
     """One table row: the manager against a stub that answers after ``delay`` seconds."""
-    ids = renderer.tokenizer.encode(_MOVE, add_special_tokens=False) + [renderer.eos_id]
-    with StubServer(delay=delay, completion_text=_MOVE, completion_ids=ids) as stub:
-        # Warm up (imports, template compilation, the thread pool) outside the measurement.
-        warm = argparse.Namespace(**{**vars(args), "episodes": 4, "concurrency": 4, "turns": 2})
-        asyncio.run(play(stub.base_url, renderer, warm))
-        if args.freeze_gc:
-            gc.freeze()
-        wall, cpu = time.perf_counter(), time.process_time()
-        turns = asyncio.run(play(stub.base_url, renderer, args))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    with move_stub(renderer, delay) as stub:
+        turns, _, wall, cpu = warm_then_time([stub.base_url], renderer, args,
+                                             before=gc.freeze if args.freeze_gc else None)
     ideal = args.concurrency / delay
     cpu_ms = cpu / turns * 1000
     return (f"| {delay * 1000:g} | {args.episodes} | {turns} | {wall:.1f} | {turns / wall:,.0f} | "
@@ -77,7 +51,7 @@ def main() -> None:
                         help="stub latencies in seconds, one table row each")
     parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() the objects of the imports")
     args = parser.parse_args()
-    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny")))
+    renderer = tiny_renderer()
     rows = [measure(renderer, args, delay) for delay in args.delay]
     print(f"# bench_rollout: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, concurrency {args.concurrency}\n")

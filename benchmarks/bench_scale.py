@@ -28,6 +28,9 @@ import platform
 import time
 from pathlib import Path
 
+from stub_rollout import move_stub, sokoban, tiny_renderer
+
+from agentgym.models import resolve_model
 from agentgym.rollout.manager import RolloutConfig
 from agentgym.rollout.ray_rollout import (
     PolicySpec,
@@ -37,15 +40,10 @@ from agentgym.rollout.ray_rollout import (
     run_on_ray,
 )
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.serve.stub import StubServer
-
-_MOVE = "<answer>Wait</answer>"
 
 
 def _config(args: argparse.Namespace, actors: int, episodes_per_actor: int) -> RolloutConfig:
-    return RolloutConfig(env_id="Sokoban-LLM-v0", episodes=actors * episodes_per_actor,
-                         concurrency=actors * args.concurrency_per_actor, max_turns=args.turns,
-                         max_context_tokens=32_768)
+    return sokoban(actors * episodes_per_actor, actors * args.concurrency_per_actor, args.turns)
 
 
 async def _play(config: RolloutConfig, spec: PolicySpec, options: RayOptions, actors: RolloutActors) -> int:
@@ -125,21 +123,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "scale.png")
     args = parser.parse_args()
 
-    from transformers import AutoTokenizer
-
-    from agentgym.models import resolve_model
-    from agentgym.rollout.chat import ChatRenderer
-
-    tokenizer = resolve_model("tiny")
-    renderer = ChatRenderer(AutoTokenizer.from_pretrained(tokenizer))
-    ids = renderer.tokenizer.encode(_MOVE, add_special_tokens=False) + [renderer.eos_id]
+    renderer = tiny_renderer()
     # Ray's CPUs are bookkeeping: ask for one per actor even where there are fewer cores.
     options = RayOptions(address="local", local_cpus=max(args.actors))
     with contextlib.ExitStack() as stack:
-        stubs = [stack.enter_context(StubServer(delay=args.delay, completion_text=_MOVE, completion_ids=ids))
-                 for _ in range(args.stubs)]
+        stubs = [stack.enter_context(move_stub(renderer, args.delay)) for _ in range(args.stubs)]
         stack.enter_context(ray_session(options))
-        spec = PolicySpec(base_urls=tuple(stub.base_url for stub in stubs), model="stub", tokenizer=tokenizer)
+        spec = PolicySpec(base_urls=tuple(stub.base_url for stub in stubs), model="stub",
+                          tokenizer=resolve_model("tiny"))
         points = [measure(args, spec, options, count) for count in args.actors]
     print(table(points, args))
     plot(points, args.out, f"Rollout throughput, {os.cpu_count()} cores, stub {args.delay * 1000:g} ms")

@@ -16,48 +16,22 @@ move with the neighbours; the CPU per turn and the spread are what to read.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import platform
-import time
 
-from transformers import AutoTokenizer
+from stub_rollout import move_stub, tiny_renderer, warm_then_time
 
-from agentgym.models import resolve_model
 from agentgym.rollout.chat import ChatRenderer
-from agentgym.rollout.manager import EnvManager, RolloutConfig
-from agentgym.rollout.policy import OpenAIPolicy
 from agentgym.serve.stub import StubServer
-
-_MOVE = "<answer>Wait</answer>"  # not a move: every episode plays all its turns
-
-
-async def play(urls: list[str], renderer: ChatRenderer, args: argparse.Namespace) -> tuple[int, OpenAIPolicy]:
-    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=args.episodes, concurrency=args.concurrency,
-                           max_turns=args.turns, max_context_tokens=32_768, seed=1000)
-    policy = OpenAIPolicy(urls, "stub", max_connections=args.concurrency)
-    async with policy:
-        rows = await EnvManager(config, policy, renderer=renderer).run()
-    failed = [row.error for row in rows if row.error]
-    if failed:
-        raise SystemExit(f"{len(failed)} episodes failed, e.g. {failed[0]}")
-    return sum(row.num_turns for row in rows), policy
 
 
 def measure(renderer: ChatRenderer, args: argparse.Namespace, good: int, failing: int) -> str:
     """One table row: ``good`` healthy stubs and ``failing`` ones that answer 500."""
-    ids = renderer.tokenizer.encode(_MOVE, add_special_tokens=False) + [renderer.eos_id]
     with contextlib.ExitStack() as stack:
-        stubs = [stack.enter_context(StubServer(delay=args.delay, completion_text=_MOVE, completion_ids=ids))
-                 for _ in range(good)]
+        stubs = [stack.enter_context(move_stub(renderer, args.delay)) for _ in range(good)]
         stubs += [stack.enter_context(StubServer(delay=0.0, fail_every=1)) for _ in range(failing)]
-        urls = [stub.base_url for stub in stubs]
-        warm = argparse.Namespace(**{**vars(args), "episodes": 4, "concurrency": 4, "turns": 2})
-        asyncio.run(play(urls, renderer, warm))
-        wall, cpu = time.perf_counter(), time.process_time()
-        turns, policy = asyncio.run(play(urls, renderer, args))
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        turns, policy, wall, cpu = warm_then_time([stub.base_url for stub in stubs], renderer, args, seed=1000)
     spread = " / ".join(f"{s.requests}" + (f" ({s.failures})" if s.failures else "")
                         for s in policy.server_stats())
     return (f"| {good} | {failing} | {turns} | {wall:.1f} | {turns / wall:,.0f} | "
@@ -71,7 +45,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.05, help="stub latency in seconds")
     args = parser.parse_args()
-    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model("tiny")))
+    renderer = tiny_renderer()
     rows = [measure(renderer, args, good, failing) for good, failing in ((1, 0), (2, 0), (3, 0), (2, 1))]
     print(f"# bench_servers: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, {args.episodes} episodes x {args.turns} turns, "

@@ -103,12 +103,9 @@ def open_sandbox(backend: str = "auto", limits: Limits | None = None,
     check_backend(backend)
     if backend == "remote" or is_sandbox_url(backend):
         return _open_remote(backend, limits, backend_options)
-    allowed = {"auto": _DOCKER_OPTIONS | _LOCAL_OPTIONS, "docker": _DOCKER_OPTIONS,
-               "local": _LOCAL_OPTIONS}[backend]
-    unknown = sorted(set(backend_options) - allowed)
-    if unknown:
-        raise ConfigError(f"open_sandbox(backend={backend!r}) does not take {', '.join(unknown)}; "
-                          f"it takes {', '.join(sorted(allowed))}.")
+    _check_options(backend, backend_options, {"auto": _DOCKER_OPTIONS | _LOCAL_OPTIONS,
+                                              "docker": _DOCKER_OPTIONS,
+                                              "local": _LOCAL_OPTIONS}[backend])
     docker_options = {k: v for k, v in backend_options.items() if k in _DOCKER_OPTIONS}
     local_options = {k: v for k, v in backend_options.items() if k in _LOCAL_OPTIONS}
     if backend == "docker":
@@ -128,13 +125,18 @@ def open_sandbox(backend: str = "auto", limits: Limits | None = None,
 
 def _open_remote(backend: str, limits: Limits | None, options: dict[str, Any]) -> Sandbox:
     """The RemoteSandbox for ``"remote"`` (urls= or AGENTGYM_SANDBOX_URL) or a URL backend."""
-    allowed = _REMOTE_OPTIONS if backend == "remote" else _REMOTE_OPTIONS - {"urls"}
-    unknown = sorted(set(options) - allowed)
-    if unknown:
-        raise ConfigError(f"open_sandbox(backend={backend!r}) does not take {', '.join(unknown)}; "
-                          f"it takes {', '.join(sorted(allowed))}.")
+    _check_options(backend, options,
+                   _REMOTE_OPTIONS if backend == "remote" else _REMOTE_OPTIONS - {"urls"})
     options = dict(options)
     urls = backend if is_sandbox_url(backend) else options.pop("urls", None) or os.environ.get(URL_ENV)
     if not urls:
         raise ConfigError(f"open_sandbox('remote') needs urls= or {URL_ENV}=http://HOST:8100.")
     return RemoteSandbox(urls, limits, **options)
+
+
+def _check_options(backend: str, options: dict[str, Any], allowed: set[str]) -> None:
+    """ConfigError naming the options of ``options`` that ``backend`` does not take."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ConfigError(f"open_sandbox(backend={backend!r}) does not take {', '.join(unknown)}; "
+                          f"it takes {', '.join(sorted(allowed))}.")

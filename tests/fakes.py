@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import socket
+from pathlib import Path
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -9,7 +12,7 @@ import gymnasium as gym
 from agentgym.core import Outcome, TextEnv
 from agentgym.parsing import extract_answer, normalize
 
-__all__ = ["EchoEnv", "make_game"]
+__all__ = ["EchoEnv", "make_game", "refuses", "write_jsonl", "write_parquet"]
 
 _Env = TypeVar("_Env", bound=TextEnv)
 
@@ -19,6 +22,31 @@ def make_game(env_id: str, cls: type[_Env], **kwargs: object) -> _Env:
     env = gym.make(env_id, **kwargs).unwrapped
     assert isinstance(env, cls)
     return env
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    """Write ``rows`` one a line (a ``str`` row as it is, so tests can write broken lines)."""
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n"
+                            for row in rows))
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """Write ``rows`` (dicts) as a Parquet table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def refuses(port: int) -> bool:
+    """Whether 127.0.0.1:``port`` refuses a connection (the server on it is really gone)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            return False
+    except ConnectionRefusedError:
+        return True
 
 
 class EchoEnv(TextEnv):

@@ -43,7 +43,7 @@ from agentgym.trainers.rollouts import (
     play_step,
 )
 
-__all__ = ["LoopState", "TrainResult", "run_training"]
+__all__ = ["LoopState", "TrainResult", "open_weight_sync", "run_training"]
 
 
 @dataclass
@@ -201,7 +201,7 @@ class _Serving:
             server = self._stack.enter_context(BuiltinServer(self.model_path, served_model_name=self.config.model))
             self.base_url, self.model_name = server.base_url, server.model_name
         if self.config.sync_weights:
-            self._sync = self._stack.enter_context(_open_sync(self.config, self.base_url, self.model_name))
+            self._sync = self._stack.enter_context(open_weight_sync(self.config, self.base_url, self.model_name))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -222,13 +222,16 @@ class _Serving:
 
 
 @contextlib.contextmanager
-def _open_sync(config: TrainConfig, base_url: str, model_name: str) -> Iterator[Any]:
-    """The weight sync for this server: full weights (a LoRA run's merged in), from a folder."""
+def open_weight_sync(config: TrainConfig, base_url: str, model_name: str, *,
+                     adapter: bool = False) -> Iterator[Any]:
+    """The weight sync for this server, from a folder: full weights (a LoRA run's merged in), or
+    with ``adapter`` the LoRA adapter itself (the trl backend). Both backends sync through here."""
     from agentgym.trainers.sync import make_weight_sync
 
-    api_key = config.api_key if config.base_url is not None else None
-    sync = make_weight_sync("vllm" if config.engine == "vllm" else "builtin", base_url, model_name=model_name,
-                            api_key=api_key, folder=Path(config.out) / "sync")
+    method = "lora" if adapter else ("vllm" if config.engine == "vllm" else "builtin")
+    api_key = config.api_key if config.base_url is not None else None  # the key is for a given server
+    sync = make_weight_sync(method, base_url, model_name=model_name, api_key=api_key,
+                            folder=Path(config.out) / "sync")
     try:
         yield sync
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.chat import ChatRenderer
@@ -36,17 +37,20 @@ class StepRollout:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def rollout_config(config: TrainConfig, step: int, *, episodes: int | None = None,
-                   group_size: int | None = None) -> RolloutConfig:
-    """The :class:`RolloutConfig` of ``step``: new seeds each step, seeded sampling."""
+def rollout_config(config: TrainConfig, step: int, **changes: Any) -> RolloutConfig:
+    """The :class:`RolloutConfig` of ``step``: new seeds each step, seeded sampling.
+
+    ``changes``: other :class:`RolloutConfig` fields (the format warm-up's episodes and seeds).
+    """
     if config.env_id is None:
         raise ConfigError("Rolling out needs an env (--env ENV).")
-    return RolloutConfig(
-        env_id=config.env_id, env_kwargs=dict(config.env_kwargs),
-        episodes=episodes or config.episodes_per_step, group_size=group_size or config.group_size,
-        concurrency=config.concurrency, max_turns=config.max_turns,
-        max_context_tokens=config.max_context_tokens, max_tokens_per_turn=config.max_tokens,
-        seed=config.step_seed(step), sampling_seed=config.seed * 7_777 + step)
+    values: dict[str, Any] = {
+        "env_id": config.env_id, "env_kwargs": dict(config.env_kwargs), "episodes": config.episodes_per_step,
+        "group_size": config.group_size, "concurrency": config.concurrency, "max_turns": config.max_turns,
+        "max_context_tokens": config.max_context_tokens, "max_tokens_per_turn": config.max_tokens,
+        "seed": config.step_seed(step), "sampling_seed": config.seed * 7_777 + step,
+    }
+    return RolloutConfig(**{**values, **changes})
 
 
 async def collect_step(config: TrainConfig, step: int, policy: OpenAIPolicy,
@@ -76,11 +80,10 @@ async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> lis
     """``format_warmup_episodes`` episodes of the env's random well-formed policy, as rows."""
     if config.env_id is None:
         return []
-    rollout = RolloutConfig(
-        env_id=config.env_id, env_kwargs=dict(config.env_kwargs), episodes=config.format_warmup_episodes,
-        group_size=1, concurrency=1,  # one at a time: the random policy's draws stay in order
-        max_turns=config.max_turns, max_context_tokens=config.max_context_tokens,
-        max_tokens_per_turn=config.max_tokens, seed=config.seed + _WARMUP_SEED_OFFSET)
+    rollout = rollout_config(
+        config, 0, episodes=config.format_warmup_episodes, group_size=1,
+        concurrency=1,  # one at a time: the random policy's draws stay in order
+        seed=config.seed + _WARMUP_SEED_OFFSET, sampling_seed=None)
     policy = RandomPolicy(seed=config.seed)
     return await EnvManager(rollout, policy, renderer=renderer).run()
 

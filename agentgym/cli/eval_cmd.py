@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
-from agentgym.cli.rollout_cmd import PolicyName
+from agentgym.cli.rollout_cmd import Player, PolicyName, playing_with
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.rows import TrajectoryRow
@@ -117,43 +116,15 @@ def eval_command(
 
 
 async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float) -> list[TrajectoryRow]:
-    async with _policy(config, policy, model, temperature) as (player, renderer):
+    # rollout's player: the built-in server for a model; a model-free policy keeps no token ids
+    player = Player(policy, model, base_url=None, api_key="EMPTY", temperature=temperature)
+    async with playing_with(player, config, record=False) as (playing, renderer):
         with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
             task = progress.add_task("eval", total=config.episodes)
-            manager = EnvManager(config, player, renderer=renderer,
+            manager = EnvManager(config, playing, renderer=renderer,
                                  on_episode=lambda rows: progress.advance(task))
             return await manager.run()
-
-
-@contextlib.asynccontextmanager
-async def _policy(config: RolloutConfig, policy: PolicyName, model: str,
-                  temperature: float) -> AsyncIterator[tuple[Any, Any]]:
-    """The player and its renderer: a model-free policy needs no renderer (no token ids kept)."""
-    if policy is PolicyName.solver:
-        from agentgym.rollout.experts import expert_policy
-
-        yield expert_policy(config.env_id), None
-        return
-    if policy is PolicyName.random:
-        from agentgym.rollout.policies import RandomPolicy
-
-        yield RandomPolicy(seed=config.seed), None
-        return
-    from transformers import AutoTokenizer
-
-    from agentgym.models import resolve_model
-    from agentgym.rollout.chat import ChatRenderer
-    from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
-    from agentgym.serve.launch import BuiltinServer
-
-    renderer = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model(model)))
-    sampling = SamplingConfig(temperature=temperature, max_tokens=config.max_tokens_per_turn)
-    console.print(f"Starting the built-in server with model {escape(model)} ...")
-    with BuiltinServer(model) as server:
-        async with OpenAIPolicy(server.base_url, server.model_name, sampling=sampling,
-                                max_connections=config.concurrency) as player:
-            yield player, renderer
 
 
 def run_dir_of(model: str) -> Path | None:

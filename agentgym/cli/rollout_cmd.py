@@ -20,10 +20,10 @@ from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
-from agentgym.rollout.servers import ServerStats, parse_base_urls
 from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.servers import ServerStats, parse_base_urls
 
-__all__ = ["PolicyName", "expand_bare_ray", "print_episode", "rollout_command"]
+__all__ = ["Player", "PolicyName", "expand_bare_ray", "playing_with", "print_episode", "rollout_command"]
 
 
 class PolicyName(str, Enum):
@@ -64,7 +64,7 @@ def rollout_command(
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
-        player = _Player(policy, model, urls, api_key, temperature)
+        player = Player(policy, model, urls, api_key, temperature)
         with _ray_session(ray, ray_actors) as ray_options:
             rows = asyncio.run(_run(config, player, out, resume, show, ray_options))
     except AgentGymError as exc:
@@ -75,7 +75,7 @@ def rollout_command(
 
 
 @dataclass(frozen=True)
-class _Player:
+class Player:
     """Who plays, as the flags say."""
 
     policy: PolicyName
@@ -86,14 +86,14 @@ class _Player:
     temperature: float
 
 
-async def _run(config: RolloutConfig, player: _Player, out: Path | None, resume: bool,
+async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: bool,
                show: int, ray_options: Any = None) -> list[TrajectoryRow]:
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
     writer = RolloutWriter(out, resume=resume) if out is not None else None
     rows: list[TrajectoryRow] = []
-    async with _playing(player, config, record=out is not None) as (policy, renderer):
+    async with playing_with(player, config, record=out is not None) as (policy, renderer):
         with _progress(config, len(skip)) as report:
             shown = 0
 
@@ -127,7 +127,7 @@ async def _run(config: RolloutConfig, player: _Player, out: Path | None, resume:
 
 
 @contextlib.asynccontextmanager
-async def _playing(player: _Player, config: RolloutConfig, *, record: bool) -> AsyncIterator[tuple[Any, Any]]:
+async def playing_with(player: Player, config: RolloutConfig, *, record: bool) -> AsyncIterator[tuple[Any, Any]]:
     """The policy and the renderer, for as long as the rollout runs.
 
     Starts the built-in server when no --base-url is given. A model-free
@@ -194,7 +194,7 @@ def _ray_session(address: str | None, actors: int | None) -> Iterator[Any]:
         yield options
 
 
-def _ray_spec(player: _Player, policy: Any, renderer: Any) -> Any:
+def _ray_spec(player: Player, policy: Any, renderer: Any) -> Any:
     """What each Ray actor needs to build the policy the flags chose (the server the
     CLI started included: loopback, so the actors run on this machine)."""
     from agentgym.rollout.policy import OpenAIPolicy
@@ -207,12 +207,9 @@ def _ray_spec(player: _Player, policy: Any, renderer: Any) -> Any:
 
 
 def _renderer(model: str) -> Any:
-    from transformers import AutoTokenizer
-
-    from agentgym.models import resolve_model
     from agentgym.rollout.chat import ChatRenderer
 
-    return ChatRenderer(AutoTokenizer.from_pretrained(resolve_model(model)))
+    return ChatRenderer.for_model(model)
 
 
 @contextlib.contextmanager

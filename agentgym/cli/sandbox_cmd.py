@@ -12,6 +12,7 @@ from rich.table import Table
 
 from agentgym.cli.common import console, fail
 from agentgym.errors import AgentGymError
+from agentgym.net import is_loopback
 
 __all__ = ["app", "build_command", "check_command", "clean_command", "serve_command"]
 
@@ -188,22 +189,11 @@ def _serve_problem(host: str, port: int, backend: str, token: str | None, pool_s
         return f"--pool-size must be between 1 and 256, got {pool_size}."
     if token is not None and not token.strip():
         return "--token is empty; give a real token or leave it out (loopback only)."
-    if not _is_loopback(host) and not token:
+    if not is_loopback(host) and not token:
         return (f"Refusing to bind {host} without a token: anyone who can reach it could run "
                 "code on this host. Pass --token T (or set AGENTGYM_SANDBOX_TOKEN), or bind "
                 "127.0.0.1.")
     return ""
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def _open_served_sandbox(backend: str, pool_size: int, image: str | None) -> Any:

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
@@ -310,24 +312,13 @@ class JudgeReward:
             client = self._client
         for attempt in range(1, self.max_retries + 2):
             try:
-                return _reply_text(self._create(client, messages)), attempt
+                with self._classified():
+                    return _reply_text(client.chat.completions.create(**self._body(messages))), attempt
             except _Retryable as error:
                 if attempt > self.max_retries:
                     raise self._gave_up(error, attempt) from error
                 time.sleep(self._delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _create(self, client: Any, messages: list[dict[str, str]]) -> Any:
-        openai = _openai()
-        try:
-            return client.chat.completions.create(
-                model=self.model, messages=messages, temperature=self.temperature,
-                max_tokens=self.max_tokens)
-        except (openai.APIConnectionError, openai.RateLimitError,
-                openai.InternalServerError) as error:  # APITimeoutError is a connection error
-            raise _Retryable(_describe(error)) from error
-        except openai.APIStatusError as error:
-            raise self._refused(error) from error
 
     # -- async -----------------------------------------------------------------------------
 
@@ -358,20 +349,14 @@ class JudgeReward:
             return await self._arequest_with(client, messages)
 
     async def _arequest_with(self, client: Any, messages: list[dict[str, str]]) -> tuple[str, int]:
-        openai = _openai()
         for attempt in range(1, self.max_retries + 2):
             try:
-                response = await client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=self.temperature,
-                    max_tokens=self.max_tokens)
-                return _reply_text(response), attempt
-            except (openai.APIConnectionError, openai.RateLimitError,
-                    openai.InternalServerError) as error:
+                with self._classified():
+                    return _reply_text(await client.chat.completions.create(**self._body(messages))), attempt
+            except _Retryable as error:
                 if attempt > self.max_retries:
-                    raise self._gave_up(_Retryable(_describe(error)), attempt) from error
+                    raise self._gave_up(error, attempt) from error
                 await asyncio.sleep(self._delay(attempt))
-            except openai.APIStatusError as error:
-                raise self._refused(error) from error
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _new_async_client(self) -> Any:
@@ -389,6 +374,23 @@ class JudgeReward:
             await client.close()
 
     # -- shared ----------------------------------------------------------------------------
+
+    def _body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        return {"model": self.model, "messages": messages, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+
+    @contextlib.contextmanager
+    def _classified(self) -> Iterator[None]:
+        """Sorts a request's failure, sync or async: :class:`_Retryable` for what may pass,
+        :class:`JudgeError` at once for any other error status."""
+        openai = _openai()
+        try:
+            yield
+        except (openai.APIConnectionError, openai.RateLimitError,
+                openai.InternalServerError) as error:  # APITimeoutError is a connection error
+            raise _Retryable(_describe(error)) from error
+        except openai.APIStatusError as error:
+            raise self._refused(error) from error
 
     def _delay(self, attempt: int) -> float:
         return min(self.backoff * 2 ** (attempt - 1), self.max_backoff)

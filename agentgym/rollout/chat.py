@@ -44,6 +44,18 @@ class ChatRenderer:
         self._turn_suffix = self._after_last_eos(self._base)
         self._splice = self._splice_template()
 
+    @classmethod
+    def for_model(cls, model: str) -> ChatRenderer:
+        """The renderer of ``model``'s tokenizer: 'tiny', a local folder or a hub id.
+
+        Imports ``transformers`` only when called, so the rollout core stays quick to import.
+        """
+        from transformers import AutoTokenizer
+
+        from agentgym.models import resolve_model
+
+        return cls(AutoTokenizer.from_pretrained(resolve_model(model)))
+
     def _render(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> list[int]:
         # Render, then encode as apply_chat_template(tokenize=True) does (no special
         # tokens added), through the quicker single-text path.

@@ -131,8 +131,11 @@ class OpenAIPolicy:
 
         Requests with the same ``key`` (an episode id) go to the same server while it is up.
         """
+        # The manager passes its episode's live list: serialised below before any await, so
+        # it needs no copy (a copy of the whole context each turn is the cost to avoid).
+        prompt = prompt_ids if isinstance(prompt_ids, list) else list(prompt_ids)
         body: dict[str, Any] = {
-            "model": self.model, "prompt": list(prompt_ids),
+            "model": self.model, "prompt": prompt,
             "max_tokens": max_tokens or self.sampling.max_tokens,
             "temperature": self.sampling.temperature, "top_p": self.sampling.top_p, "logprobs": 1,
             "return_token_ids": True,  # vLLM's extension: the sampled ids themselves

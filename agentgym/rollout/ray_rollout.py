@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import math
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
@@ -39,6 +38,7 @@ from urllib.parse import urlsplit
 
 from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, RolloutWorkerError
+from agentgym.net import is_loopback
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import Policy
 from agentgym.rollout.policy import SamplingConfig
@@ -79,7 +79,7 @@ class PolicySpec:
 
     def loopback_only(self) -> bool:
         """True when every server is on 127.0.0.1: actors must then run on this node."""
-        return bool(self.base_urls) and all(_is_loopback(url) for url in self.base_urls)
+        return bool(self.base_urls) and all(is_loopback(urlsplit(url).hostname or "") for url in self.base_urls)
 
 
 @dataclass
@@ -272,16 +272,6 @@ async def _all_or_first_error(tasks: list[asyncio.Future[None]]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _first_line(exc: BaseException) -> str:
     """The cause's own message (Ray wraps it in a traceback of the remote side)."""
     cause = getattr(exc, "cause", None) or exc
@@ -319,12 +309,9 @@ class _RolloutWorker:
         if tokenizer is None:
             return None
         if tokenizer not in self._renderers:
-            from transformers import AutoTokenizer
-
-            from agentgym.models import resolve_model
             from agentgym.rollout.chat import ChatRenderer
 
-            self._renderers[tokenizer] = ChatRenderer(AutoTokenizer.from_pretrained(resolve_model(tokenizer)))
+            self._renderers[tokenizer] = ChatRenderer.for_model(tokenizer)
         return self._renderers[tokenizer]
 
 
@@ -336,7 +323,6 @@ async def _policy(spec: PolicySpec, connections: int) -> AsyncIterator[Any]:
         return
     from agentgym.rollout.policy import OpenAIPolicy
 
-    urls = list(spec.base_urls)
-    async with OpenAIPolicy(urls if len(urls) > 1 else urls[0], spec.model, api_key=spec.api_key,
+    async with OpenAIPolicy(spec.base_urls, spec.model, api_key=spec.api_key,
                             sampling=spec.sampling, max_connections=connections) as policy:
         yield policy

@@ -69,7 +69,7 @@ def _completion_body(config: StubConfig, request: dict) -> bytes:
     return json.dumps(body).encode()
 
 
-def _chat_body(config: StubConfig, request: dict) -> bytes:
+def _chat_body(config: StubConfig) -> bytes:
     """A chat completion whose message is ``completion_text`` (for chat clients, e.g. a judge)."""
     choice = {"index": 0, "finish_reason": "stop",
               "message": {"role": "assistant", "content": config.completion_text}}
@@ -122,7 +122,7 @@ async def _handle(config: StubConfig, reader: asyncio.StreamReader, writer: asyn
                 body = json.dumps({"error": {"message": "injected failure", "type": "server_error"}})
                 writer.write(_response(500, body.encode()))
             elif path.endswith("/chat/completions"):
-                writer.write(_response(200, _chat_body(config, request)))
+                writer.write(_response(200, _chat_body(config)))
             else:
                 writer.write(_response(200, _completion_body(config, request)))
             await writer.drain()

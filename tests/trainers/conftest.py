@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.storage import RolloutWriter
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +40,22 @@ def make_row(tiny_renderer: ChatRenderer) -> RowFactory:
             num_turns=1, terminated=True, stop_reason="terminated", policy_version=version)
 
     return make
+
+
+GroupsWriter = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def write_groups(make_row: RowFactory) -> GroupsWriter:
+    """A Parquet file of Bandit groups, as a rollout writes it: ``groups[g]`` lists group g's
+    episodes as (answer, reward); group g is seeded 100 + g and prompted "Task g."."""
+
+    def write(path: Path, groups: Sequence[Sequence[tuple[str, float]]], **row: object) -> Path:
+        with RolloutWriter(path) as writer:
+            for group, episodes in enumerate(groups):
+                writer.add([make_row(answer, reward=reward, group=group, index=i, seed=100 + group,
+                                     prompt=f"Task {group}.", **row)
+                            for i, (answer, reward) in enumerate(episodes)])
+        return path
+
+    return write

@@ -16,17 +16,11 @@ from agentgym.trainers.metrics import read_jsonl
 
 
 @pytest.fixture
-def rollout_file(make_row, tmp_path: Path) -> Path:
+def rollout_file(write_groups, tmp_path: Path) -> Path:
     """Six groups of four Bandit episodes: Dragon pays, Phoenix less, one unreadable."""
     answers = [("<answer>Dragon</answer>", 1.0), ("<answer>Phoenix</answer>", 0.3),
                ("<answer>Dragon</answer>", 0.0), ("what?", -0.1)]
-    path = tmp_path / "rows.parquet"
-    with RolloutWriter(path) as writer:
-        for group in range(6):
-            writer.add([make_row(answer, reward=reward, group=group, index=i, seed=100 + group,
-                                 logprob=0.0, version=None, prompt=f"Task {group}.")
-                        for i, (answer, reward) in enumerate(answers)])
-    return path
+    return write_groups(tmp_path / "rows.parquet", [answers] * 6, logprob=0.0, version=None)
 
 
 def _offline(rollout_file: Path, out: Path, **changes: object) -> TrainConfig:

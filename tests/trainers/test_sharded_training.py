@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from agentgym.rollout.storage import RolloutWriter
 from agentgym.serve.launch import free_port
 from agentgym.trainers.metrics import read_jsonl
 
@@ -28,16 +27,11 @@ _FLAGS = ["--model", "tiny", "--steps", "2", "--group-size", "4", "--episodes-pe
 
 
 @pytest.fixture
-def rollout_file(make_row, tmp_path: Path) -> Path:
+def rollout_file(write_groups, tmp_path: Path) -> Path:
     """Four groups of four Bandit episodes with different rewards and lengths."""
     answers = [("<answer>Dragon</answer>", 1.0), ("<answer>Phoenix</answer>", 0.3),
                ("<answer>Dragon</answer> at once", 0.0), ("what?", -0.1)]
-    path = tmp_path / "rows.parquet"
-    with RolloutWriter(path) as writer:
-        for group in range(4):
-            writer.add([make_row(answer, reward=reward, group=group, index=i, seed=100 + group, logprob=-1.0,
-                                 prompt=f"Task {group}.") for i, (answer, reward) in enumerate(answers)])
-    return path
+    return write_groups(tmp_path / "rows.parquet", [answers] * 4, logprob=-1.0)
 
 
 def _train(command: list[str], out: Path, rollout_file: Path) -> None:

@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.errors import ConfigError
-from agentgym.rollout.storage import RolloutWriter
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
 from agentgym.trainers.trl_backend import run_trl
@@ -21,13 +20,9 @@ _REWARDS = [[1.0, 0.3, 0.0, -0.1], [0.3, 1.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.3], [
 
 
 @pytest.fixture
-def rollout_file(make_row, tmp_path: Path) -> Path:
-    path = tmp_path / "rows.parquet"
-    with RolloutWriter(path) as writer:
-        for group, rewards in enumerate(_REWARDS):
-            writer.add([make_row(answer, reward=reward, group=group, index=i, seed=100 + group, logprob=-1.0,
-                                 prompt=f"Task {group}.") for i, (answer, reward) in enumerate(zip(_ANSWERS, rewards))])
-    return path
+def rollout_file(write_groups, tmp_path: Path) -> Path:
+    return write_groups(tmp_path / "rows.parquet", [list(zip(_ANSWERS, rewards)) for rewards in _REWARDS],
+                        logprob=-1.0)
 
 
 def _config(rollout_file: Path, out: Path, **changes: object) -> TrainConfig:

@@ -7,16 +7,10 @@ import pytest
 from agentgym.envs.code import Problem, TestCase, builtin_problems, evaluate
 from agentgym.envs.code.runner import values_match
 from agentgym.sandbox import Sandbox
+from code_solutions import SOLUTIONS
 
 TWO_SUM = next(problem for problem in builtin_problems() if problem.id == "two_sum")
-RIGHT = """
-def two_sum(nums, target):
-    seen = {}
-    for j, x in enumerate(nums):
-        if target - x in seen:
-            return [seen[target - x], j]
-        seen[x] = j
-"""
+RIGHT = SOLUTIONS["two_sum"]
 
 
 def function_problem(tests: list[tuple[list, object]], name: str = "f", visible: int = 1) -> Problem:

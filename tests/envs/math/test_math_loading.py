@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from agentgym.envs.math.env import MathEnv
 from agentgym.envs.math.loading import extract_reference, load_math_dataset, problems_from_rows
 from agentgym.errors import ConfigError
+from fakes import write_jsonl, write_parquet
 
 pytest.importorskip("datasets")
 
@@ -27,19 +27,6 @@ MATH_ROWS = [
      "solution": r"First $\boxed{-2}$ is out since $x>0$, so $x = \boxed{2}$.", "level": "Level 2"},
     {"problem": "No box here.", "solution": "The answer is 3.", "level": "Level 1"},
 ]
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
-def _write_parquet(path: Path, rows: list[dict]) -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.Table.from_pylist(rows), path)
-    return path
 
 
 @pytest.mark.parametrize(("text", "style", "expected"), [
@@ -68,22 +55,22 @@ def test_an_unknown_answer_style_is_a_config_error() -> None:
 
 
 def test_gsm8k_jsonl_file(tmp_path: Path) -> None:
-    path = _write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K_ROWS)
+    path = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K_ROWS)
     problems = load_math_dataset(path, cache_dir=tmp_path / "cache")
     assert [p.answer for p in problems] == ["7", "1,200", "4.5"]
     assert problems[0].question == GSM8K_ROWS[0]["question"] and problems[0].kind == "dataset"
 
 
 def test_math_parquet_file_with_its_own_columns_skips_rows_without_a_box(tmp_path: Path) -> None:
-    path = _write_parquet(tmp_path / "math.parquet", MATH_ROWS)
+    path = write_parquet(tmp_path / "math.parquet", MATH_ROWS)
     problems = load_math_dataset(str(path), question_column="problem", answer_column="solution",
                                  answer_style="math", cache_dir=tmp_path / "cache")
     assert [p.answer for p in problems] == [r"\frac{5}{6}", "2"]
 
 
 def test_a_folder_of_files_and_a_limit(tmp_path: Path) -> None:
-    _write_jsonl(tmp_path / "a.jsonl", GSM8K_ROWS[:2])
-    _write_jsonl(tmp_path / "b.jsonl", GSM8K_ROWS[2:])
+    write_jsonl(tmp_path / "a.jsonl", GSM8K_ROWS[:2])
+    write_jsonl(tmp_path / "b.jsonl", GSM8K_ROWS[2:])
     assert len(load_math_dataset(tmp_path, cache_dir=tmp_path / "cache")) == 3
     assert len(load_math_dataset(tmp_path, limit=2, cache_dir=tmp_path / "cache")) == 2
 
@@ -96,7 +83,7 @@ def test_a_datasets_dataset_is_read_as_it_is() -> None:
 
 
 def test_loaded_problems_play_in_the_env(tmp_path: Path) -> None:
-    problems = load_math_dataset(_write_jsonl(tmp_path / "g.jsonl", GSM8K_ROWS),
+    problems = load_math_dataset(write_jsonl(tmp_path / "g.jsonl", GSM8K_ROWS),
                                  cache_dir=tmp_path / "cache")
     env = MathEnv(problems=problems)
     env.reset(options={"index": 1})
@@ -105,13 +92,13 @@ def test_loaded_problems_play_in_the_env(tmp_path: Path) -> None:
 
 
 def test_a_missing_column_names_the_columns_there_are(tmp_path: Path) -> None:
-    path = _write_parquet(tmp_path / "math.parquet", MATH_ROWS)
+    path = write_parquet(tmp_path / "math.parquet", MATH_ROWS)
     with pytest.raises(ConfigError, match=r"no column 'question'.*'problem', 'solution', 'level'"):
         load_math_dataset(path, cache_dir=tmp_path / "cache")
 
 
 def test_no_usable_row_and_no_file_are_config_errors(tmp_path: Path) -> None:
-    path = _write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "no mark"}])
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": "no mark"}])
     with pytest.raises(ConfigError, match="No row .* has a question and a 'gsm8k'-style answer"):
         load_math_dataset(path, answer_style="gsm8k", cache_dir=tmp_path / "cache")
     with pytest.raises(ConfigError, match="No data file at .*missing.jsonl"):

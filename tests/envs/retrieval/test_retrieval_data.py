@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,12 +9,7 @@ import pytest
 from agentgym.envs.retrieval import (Corpus, Passage, QAItem, exact_match, f1_score,
                                      load_corpus, load_questions, normalize_answer)
 from agentgym.errors import ConfigError
-
-
-def write_jsonl(path: Path, rows: list) -> Path:
-    lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
-    path.write_text("".join(line + "\n" for line in lines))
-    return path
+from fakes import write_jsonl
 
 
 def test_a_corpus_loads_from_title_and_text_lines(tmp_path: Path) -> None:

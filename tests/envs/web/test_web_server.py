@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gc
 import http.client
-import socket
 
 import pytest
 
 from agentgym.envs.web.server import MAX_BODY_BYTES, LoopbackServer, Request, Response
 from agentgym.errors import ConfigError
+from fakes import refuses
 
 
 def echo(request: Request) -> Response:
@@ -17,14 +17,6 @@ def echo(request: Request) -> Response:
         return Response(status=303, location="/there")
     return Response(f"{request.method} {request.path} {dict(request.query)} {dict(request.form)}",
                     content_type="text/plain")
-
-
-def refuses(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            return False
-    except ConnectionRefusedError:
-        return True
 
 
 def get(server: LoopbackServer, method: str, target: str, body: bytes | None = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import socket
 from functools import partial
 
 import gymnasium as gym
@@ -16,19 +15,11 @@ from hypothesis import strategies as st
 import agentgym  # noqa: F401  (registers the ids)
 from agentgym.envs.web.env import WebShopEnv
 from agentgym.errors import ConfigError, ResetNeeded
-from fakes import make_game
+from fakes import make_game, refuses
 from web_shopper import shop
 
 ID = "WebShop-LLM-v0"
 make = partial(make_game, ID, WebShopEnv)
-
-
-def refuses(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=5):
-            return False
-    except ConnectionRefusedError:
-        return True
 
 
 @pytest.fixture(scope="module")
