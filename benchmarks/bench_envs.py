@@ -62,6 +62,11 @@ CASES: list[tuple[str, dict]] = [
 ]
 
 
+def _p90(samples: list[float]) -> float:
+    """The 90th percentile of ``samples`` (the one sample when there is only one)."""
+    return statistics.quantiles(samples, n=10)[-1] if len(samples) > 1 else samples[0]
+
+
 def time_resets(env: gym.Env, count: int) -> list[float]:
     samples = []
     for seed in range(count):
@@ -130,9 +135,8 @@ def code_table(backends: list[str], count: int) -> None:
             time_code_steps(env, "two_sum", CODE_CASES[2][2], 2)  # warm the pool / page cache
             for label, problem_id, answer in CODE_CASES:
                 samples = time_code_steps(env, problem_id, answer, count)
-                p90 = statistics.quantiles(samples, n=10)[-1] if count > 1 else samples[0]
-                median = statistics.median(samples)
-                print(f"| {sandbox.name} | {label} | {median:,.1f} | {p90:,.1f} |")
+                print(f"| {sandbox.name} | {label} | {statistics.median(samples):,.1f} "
+                      f"| {_p90(samples):,.1f} |")
 
 
 # (label, i -> (answer, reference), share of --math-steps). Every step gets new text:
@@ -217,11 +221,9 @@ def math_table(count: int) -> None:
 
 
 def _row(env_id: str, label: str, thread: str, samples: list[float], reward: float | None) -> None:
-    ordered = sorted(samples)
-    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
     shown = "" if reward is None else f"{reward:g}"
     print(f"| {env_id} | {label} | {thread} | {shown} | {statistics.median(samples):,.2f} "
-          f"| {p90:,.2f} |")
+          f"| {_p90(samples):,.2f} |")
 
 
 # -- retrieval: BM25 over a generated corpus, and SearchQA-LLM-v0's steps ---------
@@ -247,9 +249,8 @@ def _query_rows(retriever, tool, queries: list[str], label: str, passages: int) 
             start = time.perf_counter_ns()
             run(query)
             samples.append((time.perf_counter_ns() - start) / 1000)
-        p90 = statistics.quantiles(samples, n=10)[-1]
         print(f"| {passages:,} | {label} | {via} | {statistics.median(samples):,.0f} | "
-              f"{p90:,.0f} | {len(samples) / (sum(samples) / 1e6):,.0f} |")
+              f"{_p90(samples):,.0f} | {len(samples) / (sum(samples) / 1e6):,.0f} |")
 
 
 def retrieval_tables(passages: int, queries: int, steps: int) -> None:
@@ -311,8 +312,7 @@ def searchqa_table(steps: int) -> None:
     print(f"\n# SearchQA-LLM-v0 (gym.make, default world), {steps} episodes (microseconds)\n")
     print("| call | median | p90 |\n|---|---:|---:|")
     for label, values in samples.items():
-        p90 = statistics.quantiles(values, n=10)[-1]
-        print(f"| {label} | {statistics.median(values):,.1f} | {p90:,.1f} |")
+        print(f"| {label} | {statistics.median(values):,.1f} | {_p90(values):,.1f} |")
 
 
 # -- web: WebShop-LLM-v0's steps over HTTP (and Chromium when it is installed) ----------
@@ -365,9 +365,8 @@ def webshop_table(episodes: int) -> None:
             _webshop_episode(env, seed, samples)
         env.close()
         for label, values in samples.items():
-            ordered = sorted(values)
-            p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-            print(f"| {backend} | {count} | {label} | {statistics.median(values):,.2f} | {p90:,.2f} |")
+            print(f"| {backend} | {count} | {label} | {statistics.median(values):,.2f} "
+                  f"| {_p90(values):,.2f} |")
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from agentgym.errors import ConfigError
+from agentgym.core import check_number
 
 __all__ = ["LANGUAGES", "ExecResult", "Limits", "Sandbox"]
 
@@ -47,11 +47,13 @@ class Limits:
     """Bytes kept of stdout and of stderr each; the rest is cut and ``truncated=True``."""
 
     def __post_init__(self) -> None:
-        for name in ("timeout", "memory_mb", "cpus", "pids", "output_bytes"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"Limits.{name} must be positive, got {getattr(self, name)!r}.")
-        if self.cpu_seconds is not None and self.cpu_seconds <= 0:
-            raise ConfigError(f"Limits.cpu_seconds must be positive or None, got {self.cpu_seconds!r}.")
+        # Limits also arrive as JSON from a sandbox service: a string or NaN is a ConfigError too.
+        for name in ("timeout", "cpus"):
+            check_number(f"Limits.{name}", getattr(self, name), minimum=0.001, integer=False)
+        if self.cpu_seconds is not None:
+            check_number("Limits.cpu_seconds", self.cpu_seconds, minimum=0.001, integer=False)
+        for name in ("memory_mb", "pids", "output_bytes"):
+            check_number(f"Limits.{name}", getattr(self, name), minimum=1)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from agentgym.core import check_number
 from agentgym.errors import ConfigError, SandboxError, SandboxUnavailable
 from agentgym.sandbox.base import ExecResult, Limits, Sandbox
 from agentgym.sandbox.container import (LABEL, LABEL_ID, LABEL_OWNER, ContainerBroken,
@@ -278,8 +279,7 @@ class DockerSandbox(Sandbox):
         if not 0 <= pool_size <= max_containers or max_containers < 1:
             raise ConfigError(f"Need 0 <= pool_size <= max_containers and max_containers >= 1; "
                               f"got pool_size={pool_size}, max_containers={max_containers}.")
-        if work_mb < 1:
-            raise ConfigError(f"work_mb must be at least 1, got {work_mb}.")
+        check_number("work_mb", work_mb, minimum=1)
         self.image = image
         self.id = uuid.uuid4().hex[:12]
         api = connect(docker_host, connections=max_containers + 4)

@@ -53,8 +53,9 @@ Progress = Callable[[str], None]
 
 def cache_dir() -> Path:
     """Where the root filesystem tarball is kept between builds."""
-    root = os.environ.get("AGENTGYM_CACHE") or Path.home() / ".cache" / "agentgym"
-    return Path(root) / "sandbox"
+    from agentgym.models.tiny import cache_root  # agentgym's one cache folder
+
+    return cache_root() / "sandbox"
 
 
 def apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str:

@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, SandboxUnavailable
 from agentgym.sandbox.base import ExecResult, Limits, Sandbox
 from agentgym.sandbox.protocol import build_request
@@ -126,9 +127,9 @@ class RemoteSandbox(Sandbox):
             raise MissingDependencyError("The remote sandbox needs httpx2: pip install "
                                          "'agentgym[sandbox-service]'.") from exc
         for field, value in (("cooldown", cooldown), ("connect_timeout", connect_timeout),
-                             ("wait_timeout", wait_timeout), ("max_in_flight", max_in_flight)):
-            if not value > 0:
-                raise ConfigError(f"RemoteSandbox {field} must be positive, got {value!r}.")
+                             ("wait_timeout", wait_timeout)):
+            check_number(f"RemoteSandbox {field}", value, minimum=0.001, integer=False)
+        check_number("RemoteSandbox max_in_flight", max_in_flight, minimum=1)
         self._hosts = [_Host(url) for url in parse_urls(urls)]
         self.urls = [host.url for host in self._hosts]
         self.cooldown, self.connect_timeout, self.wait_timeout = cooldown, connect_timeout, wait_timeout

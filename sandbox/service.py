@@ -48,6 +48,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentgym.asgi import CatchAll
+from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, ServerStartError
 from agentgym.sandbox.base import LANGUAGES, Sandbox
 
@@ -197,8 +198,7 @@ def create_app(sandbox: Sandbox, *, token: str | None = None, pool_size: int = 4
 
     import agentgym
 
-    if pool_size < 1:
-        raise ConfigError(f"pool_size must be at least 1, got {pool_size}.")
+    check_number("pool_size", pool_size, minimum=1)
     app = FastAPI(title="agentgym sandbox service", version=agentgym.__version__)
     slots = _Slots(pool_size)
     # One thread per slot: the runs block (on the Docker API, on a subprocess), the loop never.

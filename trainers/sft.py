@@ -36,8 +36,8 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["format_warmup", "load_model_and_tokenizer", "quiet_trl", "run_sft", "sft_dataset", "sft_train",
-           "without_printer"]
+__all__ = ["format_warmup", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset",
+           "sft_train", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -106,15 +106,17 @@ def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer
 
 
-def _lr_schedule(name: str, warmup_steps: int, min_lr_ratio: float) -> dict[str, Any]:
-    """transformers' scheduler arguments for a TrainConfig schedule (constant, linear, cosine)."""
+def lr_schedule_args(name: str, *, lr: float, warmup_steps: int, min_lr_ratio: float) -> dict[str, Any]:
+    """transformers' scheduler arguments for a TrainConfig schedule: linear warm-up, then constant,
+    linear or cosine down to ``min_lr_ratio * lr``, as the fsdp trainer's (both TRL trainers use it)."""
+    kwargs: dict[str, Any] = {}
     if name == "cosine":
-        return {"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": min_lr_ratio},
-                "warmup_steps": warmup_steps}
-    if name == "linear":
-        return {"lr_scheduler_type": "linear", "warmup_steps": warmup_steps}
-    return {"lr_scheduler_type": "constant_with_warmup" if warmup_steps else "constant",
-            "warmup_steps": warmup_steps}
+        kind, kwargs = "cosine_with_min_lr", {"min_lr_rate": min_lr_ratio}
+    elif name == "linear":
+        kind, kwargs = "polynomial", {"lr_end": lr * min_lr_ratio, "power": 1.0}
+    else:
+        kind = "constant_with_warmup"
+    return {"lr_scheduler_type": kind, "lr_scheduler_kwargs": kwargs, "warmup_steps": warmup_steps}
 
 
 def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, max_length: int,
@@ -151,7 +153,9 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
         raise ConfigError(f"steps and batch_size must be >= 1 and lr > 0, got {steps}, {batch_size}, {lr}.")
     args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=min(batch_size, len(dataset)), seed=seed,
                      max_length=max_length, max_grad_norm=max_grad_norm, adam_betas=adam_betas,
-                     logging=logging, schedule=_lr_schedule(lr_schedule, warmup_steps, min_lr_ratio))
+                     logging=logging,
+                     schedule=lr_schedule_args(lr_schedule, lr=lr, warmup_steps=warmup_steps,
+                                               min_lr_ratio=min_lr_ratio))
     with quiet_trl():
         trainer = without_printer(SFTTrainer(model=model, args=args, train_dataset=dataset,
                                              processing_class=tokenizer))

@@ -53,7 +53,7 @@ from agentgym.trainers.algorithms import masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, row_advantages
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
-from agentgym.trainers.sft import quiet_trl, without_printer
+from agentgym.trainers.sft import lr_schedule_args, quiet_trl, without_printer
 
 __all__ = [
     "AgentGymGRPOTrainer",
@@ -66,9 +66,6 @@ __all__ = [
     "run_trl",
     "trl_train_on_rows",
 ]
-
-_SCHEDULES = {"constant": "constant_with_warmup", "linear": "polynomial", "cosine": "cosine_with_min_lr"}
-
 
 def grpo_args(config: TrainConfig, output_dir: str | Path) -> GRPOConfig:
     """TRL's ``GRPOConfig`` for ``config``: one generation batch per training step.
@@ -86,13 +83,8 @@ def grpo_args(config: TrainConfig, output_dir: str | Path) -> GRPOConfig:
             f"({config.micro_batch_size}); e.g. --micro-batch-size {_divisor(per_mini, micro)}.")
     accumulation = per_mini // micro
     optimizer_steps = config.updates_per_step
-    schedule = _SCHEDULES[config.lr_schedule]
-    min_ratio = config.min_lr_ratio
-    kwargs: dict[str, Any] = {}
-    if schedule == "cosine_with_min_lr":
-        kwargs = {"min_lr_rate": min_ratio}
-    elif schedule == "polynomial":
-        kwargs = {"lr_end": config.lr * min_ratio, "power": 1.0}
+    schedule = lr_schedule_args(config.lr_schedule, lr=config.lr, warmup_steps=config.warmup_steps,
+                                min_lr_ratio=config.min_lr_ratio)
     cuda = torch.cuda.is_available()
     return GRPOConfig(
         output_dir=str(output_dir), use_cpu=not cuda, bf16=cuda and config.dtype == "bfloat16",
@@ -100,8 +92,7 @@ def grpo_args(config: TrainConfig, output_dir: str | Path) -> GRPOConfig:
         gradient_accumulation_steps=accumulation, steps_per_generation=accumulation * config.mini_batches,
         num_generations=config.group_size, num_iterations=config.epochs,
         learning_rate=config.lr, adam_beta1=config.adam_betas[0], adam_beta2=config.adam_betas[1],
-        weight_decay=config.weight_decay, warmup_steps=config.warmup_steps,
-        lr_scheduler_type=schedule, lr_scheduler_kwargs=kwargs, max_grad_norm=config.max_grad_norm,
+        weight_decay=config.weight_decay, **schedule, max_grad_norm=config.max_grad_norm,
         beta=config.kl_coef, epsilon=config.clip_low, epsilon_high=config.clip_high,
         temperature=max(config.temperature, 1e-5), max_completion_length=config.max_context_tokens,
         activation_checkpointing=config.gradient_checkpointing,  # TRL defaults it to on
@@ -439,7 +430,7 @@ def _live_rollout(config: TrainConfig, tokenizer: Any, base_url: str, model_name
 def _server(config: TrainConfig, model_path: str, needed: bool = True) -> Iterator[tuple[Any, Any, Any]]:
     """(base URL, model name, weight sync) of the server the episodes are played against
     (all None when not ``needed``: offline training plays no episodes)."""
-    from agentgym.trainers.sync import make_weight_sync
+    from agentgym.trainers.loop import open_weight_sync
 
     if not needed:
         yield None, None, None
@@ -452,13 +443,8 @@ def _server(config: TrainConfig, model_path: str, needed: bool = True) -> Iterat
             server = stack.enter_context(BuiltinServer(model_path, served_model_name=config.model,
                                                        max_model_len=config.max_context_tokens))
             base_url, name = server.base_url, server.model_name
-        sync = None
-        if config.sync_weights:
-            method = "lora" if config.lora else ("vllm" if config.engine == "vllm" else "builtin")
-            api_key = config.api_key if config.base_url is not None else None
-            sync = make_weight_sync(method, base_url, model_name=name, api_key=api_key,
-                                    folder=Path(config.out) / "sync")
-            stack.callback(sync.close)
+        sync = (stack.enter_context(open_weight_sync(config, base_url, name, adapter=config.lora))
+                if config.sync_weights else None)
         yield base_url, name, sync
 
 
@@ -534,8 +520,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
     return result
 
 
-def trl_train_on_rows(config: TrainConfig, rows: Sequence[TrajectoryRow], *, steps: int = 3,
-                      model: Any = None) -> dict[str, float]:
+def trl_train_on_rows(config: TrainConfig, rows: Sequence[TrajectoryRow], *, steps: int = 3) -> dict[str, float]:
     """TRL's GRPO training step on fixed rows, ``steps`` times (for ``benchmarks/bench_train.py``).
 
     ``rows`` are one step's episodes (``episodes_per_step`` of them, whole
@@ -549,13 +534,13 @@ def trl_train_on_rows(config: TrainConfig, rows: Sequence[TrajectoryRow], *, ste
 
     if steps < 2:
         raise ConfigError(f"steps must be >= 2 (the first is not timed), got {steps}.")
-    loaded, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
     rollout = FixedRollout(rows, tokenizer.eos_token_id)
     timed = config.updated({"steps": steps, "checkpoint_every": 10**6})
     optimizer_steps = timed.updates_per_step
     callback = SyncCallback(rollout, optimizer_steps)
     with tempfile.TemporaryDirectory(prefix="agentgym-trl-bench-") as scratch:
-        trainer = AgentGymGRPOTrainer(timed, model if model is not None else loaded, tokenizer, rollout,
+        trainer = AgentGymGRPOTrainer(timed, model, tokenizer, rollout,
                                       args=grpo_args(timed, os.path.join(scratch, "trl")), callbacks=[callback])
         trainer.args.save_strategy = "no"
         trainer.train()

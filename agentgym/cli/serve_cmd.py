@@ -9,11 +9,9 @@ import typer
 
 from agentgym.cli.common import console, fail
 from agentgym.errors import AgentGymError
+from agentgym.net import is_loopback
 
 __all__ = ["EngineName", "serve_command"]
-
-_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-
 
 class EngineName(str, Enum):
     builtin = "builtin"
@@ -38,7 +36,7 @@ def serve_command(
     """Serve a model over the OpenAI API (with vLLM's token-id extensions) until Ctrl-C."""
     if port < 1 or port > 65535:
         raise fail(f"--port must be between 1 and 65535, got {port}.")
-    if host not in _LOOPBACK and not api_key:
+    if not is_loopback(host) and not api_key:
         console.print(f"[yellow]warning:[/] binding {host} without --api-key lets anyone who can "
                       "reach it use the model and replace its weights.")
     name = served_model_name or model

@@ -79,7 +79,8 @@ def tiny_spec(name: str) -> TinySpec | None:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("AGENTGYM_CACHE", Path.home() / ".cache" / "agentgym"))
+    """agentgym's cache folder: ``$AGENTGYM_CACHE``, or ``~/.cache/agentgym`` when unset or empty."""
+    return Path(os.environ.get("AGENTGYM_CACHE") or Path.home() / ".cache" / "agentgym")
 
 
 def resolve_model(name: str) -> str:

@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from sandbox_helpers import require_docker
 from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.sandbox.container import LABEL, LABEL_OWNER
-from agentgym.sandbox.docker import connect, docker_problem
+from agentgym.sandbox.docker import connect
 from agentgym.sandbox.image import DEFAULT_IMAGE
 
 runner = CliRunner()
@@ -23,14 +24,6 @@ runner = CliRunner()
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     """rich wraps table cells to the terminal's width; keep each cell on one line."""
     monkeypatch.setenv("COLUMNS", "300")
-
-
-def _require_docker() -> None:
-    problem = docker_problem()
-    if problem is not None:
-        if os.environ.get("AGENTGYM_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"AGENTGYM_REQUIRE_DOCKER=1 but: {problem}")
-        pytest.skip(problem)
 
 
 def test_check_shows_each_part_and_the_backend_it_would_use() -> None:
@@ -50,7 +43,7 @@ def test_check_names_the_fix_for_a_missing_engine() -> None:
 
 @pytest.mark.docker
 def test_check_reports_the_image() -> None:
-    _require_docker()
+    require_docker()
     result = runner.invoke(app, ["sandbox", "check"], terminal_width=200)
     assert f"image {DEFAULT_IMAGE}" in result.output and "present" in result.output
     assert "open_sandbox() would use: docker" in result.output
@@ -58,14 +51,14 @@ def test_check_reports_the_image() -> None:
 
 @pytest.mark.docker
 def test_build_leaves_an_existing_image_alone() -> None:
-    _require_docker()
+    require_docker()
     result = runner.invoke(app, ["sandbox", "build"], terminal_width=200)
     assert result.exit_code == 0 and "is already there" in result.output
 
 
 @pytest.mark.docker
 def test_clean_removes_leftovers_and_keeps_live_sandboxes() -> None:
-    _require_docker()
+    require_docker()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
     host = socket.gethostname()

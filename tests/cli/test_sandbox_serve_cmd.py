@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import httpx2
 import pytest
+from sandbox_helpers import require_docker
 from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.errors import SandboxUnavailable
 from agentgym.sandbox import LocalSandbox, RemoteSandbox
 from agentgym.sandbox.container import LABEL, LABEL_OWNER
-from agentgym.sandbox.docker import connect, docker_problem
+from agentgym.sandbox.docker import connect
 from agentgym.sandbox.service import ServiceThread
 from agentgym.sandbox.shared import close_all
 from agentgym.serve.launch import free_port
@@ -91,10 +92,7 @@ def test_serve_runs_code_for_a_client_and_stops_cleanly_on_sigterm() -> None:
 @pytest.mark.slow
 @pytest.mark.docker
 def test_serve_docker_removes_its_containers_when_stopped() -> None:
-    if (problem := docker_problem()) is not None:
-        if os.environ.get("AGENTGYM_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"AGENTGYM_REQUIRE_DOCKER=1 but: {problem}")
-        pytest.skip(problem)
+    require_docker()
     port = free_port()
     with serve("--backend", "docker", "--port", str(port), "--pool-size", "2",
                "--token", "t") as served:

@@ -75,3 +75,14 @@ def test_a_different_seed_gives_different_weights(tmp_path: Path) -> None:
     name = "model.embed_tokens.weight"
     assert not load_file(first / "model.safetensors")[name].equal(load_file(second / "model.safetensors")[name])
     assert not list(tmp_path.glob(".building-*"))
+
+
+def test_an_empty_cache_variable_means_the_default_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from agentgym.models.tiny import cache_root
+
+    monkeypatch.setenv("AGENTGYM_CACHE", "")
+    assert cache_root() == Path.home() / ".cache" / "agentgym"
+    monkeypatch.setenv("AGENTGYM_CACHE", "/tmp/somewhere")
+    assert cache_root() == Path("/tmp/somewhere")

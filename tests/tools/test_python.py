@@ -4,8 +4,9 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from sandbox_helpers import require_docker
 
-from agentgym.errors import ConfigError, SandboxUnavailable
+from agentgym.errors import ConfigError
 from agentgym.sandbox import DockerSandbox, ExecResult, Limits, LocalSandbox, Sandbox
 from agentgym.sandbox.shared import close_all
 from agentgym.tools import PythonTool, ToolWrapper
@@ -20,10 +21,8 @@ def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     if request.param == "local":
         box: Sandbox = LocalSandbox(limits)
     else:
-        try:
-            box = DockerSandbox(limits, pool_size=2)
-        except SandboxUnavailable as exc:
-            pytest.skip(f"no Docker sandbox here: {exc}")
+        require_docker()
+        box = DockerSandbox(limits, pool_size=2)
     with box:
         yield box
 

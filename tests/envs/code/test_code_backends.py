@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from sandbox_helpers import require_docker
 
 from agentgym.envs.code import CodeEnv, builtin_problems, evaluate
-from agentgym.errors import SandboxUnavailable
 from agentgym.sandbox import DockerSandbox, LocalSandbox, Sandbox
 from code_solutions import SOLUTIONS, WRONG
 
@@ -19,10 +19,8 @@ FENCE = "```"
 
 
 def open_docker() -> Sandbox:
-    try:
-        return DockerSandbox(pool_size=2)
-    except SandboxUnavailable as exc:
-        pytest.skip(f"no Docker sandbox here: {exc}")
+    require_docker()
+    return DockerSandbox(pool_size=2)
 
 
 @pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])

@@ -1,4 +1,8 @@
-"""Limits, backend lists and skip rules shared by the sandbox tests (conftest names collide)."""
+"""Limits, backend lists and skip rules shared by the tests that run sandboxes.
+
+At the top of tests/ (not in a conftest, whose names collide) so that every test
+folder can import it: the Docker skip rule lives here once.
+"""
 
 from __future__ import annotations
 
