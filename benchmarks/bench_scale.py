@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import platform
 import time
@@ -122,6 +123,11 @@ def main() -> None:
     parser.add_argument("--stubs", type=int, default=2, help="stub server processes")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "scale.png")
     args = parser.parse_args()
+    # Said before minutes of measuring, not after: without matplotlib there is a table, no curve.
+    can_plot = importlib.util.find_spec("matplotlib") is not None
+    if not can_plot:
+        print("matplotlib is not installed: the table only, no curve "
+              "(scripts/setup.sh bench, or pip install matplotlib).")
 
     renderer = tiny_renderer()
     # Ray's CPUs are bookkeeping: ask for one per actor even where there are fewer cores.
@@ -133,8 +139,9 @@ def main() -> None:
                           tokenizer=resolve_model("tiny"))
         points = [measure(args, spec, options, count) for count in args.actors]
     print(table(points, args))
-    plot(points, args.out, f"Rollout throughput, {os.cpu_count()} cores, stub {args.delay * 1000:g} ms")
-    print(f"\ncurve written to {args.out}")
+    if can_plot:
+        plot(points, args.out, f"Rollout throughput, {os.cpu_count()} cores, stub {args.delay * 1000:g} ms")
+        print(f"\ncurve written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet)
 
-if [[ ",$extras," =~ ,(train|serve|test|all|vllm), ]] && ! command -v nvidia-smi >/dev/null 2>&1; then
+if [[ ",$extras," =~ ,(train|serve|test|all|vllm|bench), ]] && ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "No NVIDIA GPU here: installing the CPU build of PyTorch first."
     "${pip[@]}" "torch==2.13.0"
 fi
