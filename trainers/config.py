@@ -26,12 +26,12 @@ from typing import Any, Literal, get_args
 import yaml
 
 from agentgym.core import check_number
-from agentgym.errors import ConfigError, MissingDependencyError
+from agentgym.errors import ConfigError, MissingDependencyError, UnknownTrainerError
 from agentgym.trainers.algorithms import AdvantageMethod, Correction, CorrectionLevel, LossAggregation, LossConfig
 
 __all__ = ["Backend", "LRSchedule", "TrainConfig"]
 
-Backend = Literal["fsdp", "trl"]
+Backend = Literal["fsdp", "trl"]  # the built-in backends; a plugin may add others
 LRSchedule = Literal["constant", "linear", "cosine"]
 _ENGINES = ("builtin", "vllm")
 _DTYPES = ("float32", "bfloat16")
@@ -44,8 +44,9 @@ class TrainConfig:
     # -- what ------------------------------------------------------------------
     trainer: str = "grpo"
     """Trainer name in the registry: grpo, sft, ..."""
-    backend: Backend = "fsdp"
-    """fsdp (the native PyTorch trainer) or trl (TRL's GRPOTrainer / SFTTrainer)."""
+    backend: str | None = None
+    """A backend the trainer has: fsdp (the native PyTorch trainer) or trl (TRL's GRPOTrainer /
+    SFTTrainer), or a plugin's; None: the trainer's own default (grpo: fsdp, sft: trl)."""
     env_id: str | None = None
     """Env to train on (online); optional with ``trajectories``."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -184,6 +185,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]  # YAML gives a list
         self._read_float_strings()
+        self._resolve_backend()
         self._check_choices()
         self._check_numbers()
         if self.env_id is None and self.trajectories is None:
@@ -207,9 +209,25 @@ class TrainConfig:
                 except ValueError:
                     pass  # left as it is: the range checks below name the field
 
+    def _resolve_backend(self) -> None:
+        """The trainer's default backend when none is named; a named one must be the trainer's
+        (the registry knows, plugins' backends included)."""
+        from agentgym.trainers.registry import trainer_spec  # loads plugins: only when a config is made
+
+        try:
+            spec = trainer_spec(self.trainer)
+        except UnknownTrainerError:  # running it fails with the registry's "did you mean"
+            self.backend = self.backend or "fsdp"
+            return
+        if self.backend is None:
+            self.backend = spec.default_backend
+        elif self.backend not in spec.backends:
+            raise ConfigError(f"backend must be one of {', '.join(sorted(spec.backends))}; "
+                              f"got {self.backend!r}.")
+
     def _check_choices(self) -> None:
         choices: dict[str, tuple[Any, ...]] = {
-            "backend": get_args(Backend), "engine": _ENGINES, "dtype": _DTYPES,
+            "engine": _ENGINES, "dtype": _DTYPES,
             "advantage": get_args(AdvantageMethod), "aggregation": get_args(LossAggregation),
             "correction": get_args(Correction), "correction_level": get_args(CorrectionLevel),
             "lr_schedule": get_args(LRSchedule),

@@ -27,7 +27,7 @@ _SET_HELP = "Any TrainConfig field as KEY=VALUE (VALUE read as YAML), e.g. -s lr
 def train_command(
     env_id: Annotated[str | None, typer.Option("--env", help="Env to train on, e.g. Bandit-LLM-v0.")] = None,
     trainer: Annotated[str | None, typer.Option(help="Trainer: grpo or sft.")] = None,
-    backend: Annotated[str | None, typer.Option(help="fsdp (native PyTorch) or trl.")] = None,
+    backend: Annotated[str | None, typer.Option(help="fsdp (native PyTorch) or trl; default: the trainer's own (grpo: fsdp, sft: trl).")] = None,
     model: Annotated[str | None, typer.Option(help="Model: 'tiny', a local folder or a hub id.")] = None,
     base_url: Annotated[str | None, typer.Option(help="Server to roll out against (ending in /v1); none: start the built-in one.")] = None,
     api_key: Annotated[str | None, typer.Option(help="API key for --base-url.")] = None,

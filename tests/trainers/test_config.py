@@ -77,3 +77,10 @@ def test_each_step_plays_new_seeds() -> None:
     config = TrainConfig(env_id="Bandit-LLM-v0", episodes_per_step=32, group_size=8)
     seeds = [config.step_seed(step) + group for step in range(5) for group in range(config.groups_per_step)]
     assert len(set(seeds)) == len(seeds)
+
+
+def test_with_no_backend_named_a_trainer_runs_on_its_own_default() -> None:
+    """`agentgym train --trainer sft` needs no --backend: sft runs on trl only, grpo defaults to fsdp."""
+    assert TrainConfig(trainer="sft", trajectories="rows.parquet").backend == "trl"
+    assert TrainConfig(env_id="Bandit-LLM-v0").backend == "fsdp"
+    assert TrainConfig(env_id="Bandit-LLM-v0", backend="trl").backend == "trl"
