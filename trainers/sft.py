@@ -211,7 +211,8 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
 
     if config.trajectories is None:
         raise ConfigError("--trainer sft learns from a rollout file: pass --trajectories FILE "
-                          "(make one with `agentgym rollout --env ENV --out FILE`, e.g. --policy solver for demonstrations).")
+                          "(make one with `agentgym rollout --env ENV --out FILE`, e.g. --policy solver "
+                          "for demonstrations).")
     if not Path(config.trajectories).exists():
         raise ConfigError(f"--trajectories {config.trajectories!r}: no such file.")
     out = Path(config.out)
