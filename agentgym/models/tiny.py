@@ -3,7 +3,7 @@
 ``resolve_model("tiny")`` returns a folder holding a randomly initialised
 Llama-config model and a byte-level BPE tokenizer trained here (with
 ``tokenizers``) on text the built-in games produce, with a ChatML chat
-template. It is built once into the cache (``$AGENTGYM_CACHE`` or
+template; a game grid is one token per cell. It is built once into the cache (``$AGENTGYM_CACHE`` or
 ``~/.cache/agentgym``) and reused. Sizes: ``tiny`` (hidden 128, 2 layers),
 or ``tiny-<hidden>x<layers>``, e.g. ``tiny-256x4``. Heads are always 64 wide:
 vLLM's CPU attention rejects a head_dim of 16.
@@ -43,7 +43,12 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 _NAME = re.compile(r"^tiny(?:-(\d+)x(\d+))?$")
 _HEAD_DIM = 64
-_FORMAT_VERSION = 1  # bump when the recipe changes, so old caches are not reused
+# Characters the tokenizer never merges with a neighbour: symbols (but the tag characters of
+# <answer>...</answer>) and capitals not starting a word. A game's grid row "#_PX_#" is then
+# six tokens, one per cell, so a cell's column is its position: with BPE merging rows into
+# tokens ("#_#__#" was one token) a small model from scratch could not tell where the player is.
+_ONE_TOKEN_EACH = r"[^\sA-Za-z0-9<>/|']|[A-Z](?![a-z])"
+_FORMAT_VERSION = 3  # bump when the recipe changes, so old caches are not reused
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +143,27 @@ def build_tiny_model(folder: Path, spec: TinySpec = TinySpec()) -> Path:
 
 
 def _train_tokenizer(vocab_size: int):  # -> PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    corpus = _corpus()
+    # A rare symbol (√, a box on a target) would stay several byte tokens: each non-ASCII
+    # character the games write is a token of its own, inside the vocabulary size.
+    symbols = sorted({char for text in corpus for char in text if not char.isascii()})
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_ONE_TOKEN_EACH), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=vocab_size - len(symbols),
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    tokenizer.add_tokens([AddedToken(char, normalized=False) for char in symbols])
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         eos_token="<|im_end|>",

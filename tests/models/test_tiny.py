@@ -86,3 +86,14 @@ def test_an_empty_cache_variable_means_the_default_cache(monkeypatch: pytest.Mon
     assert cache_root() == Path.home() / ".cache" / "agentgym"
     monkeypatch.setenv("AGENTGYM_CACHE", "/tmp/somewhere")
     assert cache_root() == Path("/tmp/somewhere")
+
+
+def test_a_grid_row_is_one_token_per_cell(tiny_model: str) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    row = "#_PX√O#"
+    assert tokenizer.convert_ids_to_tokens(tokenizer.encode(row))[:3] == ["#", "_", "P"]
+    assert len(tokenizer.encode(row)) == len(row)  # √ is two bytes, one token
+    assert len(tokenizer.encode("##########")) == 10
+    assert tokenizer.convert_ids_to_tokens(tokenizer.encode(" Left"))[0] == "ĠLeft"  # words still merge
