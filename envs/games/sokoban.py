@@ -107,6 +107,16 @@ class Level:
     def boxes_on_target(self) -> int:
         return len(self.boxes & self.targets)
 
+    def positions(self) -> str:
+        """Where the player, boxes and targets are, counted from 0 at the top-left wall:
+        e.g. "Rows and columns: you 3 4; box 2 2; target 1 2."."""
+        def where(cells: list[int] | set[int] | frozenset[int]) -> str:
+            return ", ".join(f"{cell // self.width} {cell % self.width}" for cell in sorted(cells))
+
+        box_word, target_word = ("box", "target") if len(self.boxes) == 1 else ("boxes", "targets")
+        return (f"Rows and columns: you {where([self.player])}; {box_word} {where(self.boxes)}; "
+                f"{target_word} {where(self.targets)}.")
+
     def render(self) -> str:
         chars = self._base.copy()
         targets = self.targets
@@ -231,6 +241,14 @@ class SokobanEnv(TextEnv):
             many moves.
         max_moves_per_turn: moves allowed in one turn, separated by ``||``.
         format_penalty: cost of an unreadable action.
+        show_positions: also write where you, the boxes and the targets are, as
+            (row, column) numbers under the grid. A model reading the grid as text
+            must otherwise work out a cell's column by counting tokens back to the
+            line break, which small models learn slowly.
+        brief: one-line instructions instead of the rules, legend and rewards. For
+            models trained from scratch, which cannot read the rules: a long system
+            prompt only dilutes their attention (the grid is a few dozen of several
+            hundred tokens) and costs compute in every training row.
     """
 
     action_format = "<answer>Up</answer>; several moves: <answer>Up || Left</answer>"
@@ -242,6 +260,8 @@ class SokobanEnv(TextEnv):
         max_turns: int = 30,
         max_moves_per_turn: int = 5,
         format_penalty: float = 0.1,
+        show_positions: bool = False,
+        brief: bool = False,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, format_penalty=format_penalty, render_mode=render_mode)
@@ -258,6 +278,8 @@ class SokobanEnv(TextEnv):
         self.dim_room = (height, width)
         self.num_boxes = num_boxes
         self.max_moves_per_turn = max_moves_per_turn
+        self.show_positions = bool(show_positions)
+        self.brief = bool(brief)
         self.level: Level | None = None
 
     # -- episodes -------------------------------------------------------------
@@ -265,7 +287,7 @@ class SokobanEnv(TextEnv):
     def _new_episode(self, options: dict[str, Any] | None) -> str:
         custom = (options or {}).get("level")
         self.level = parse_level(custom) if custom is not None else self._generate()
-        return f"Level:\n{self.level.render()}\nBoxes on targets: {self._progress()}. Your move."
+        return f"Level:\n{self._board()}\nBoxes on targets: {self._progress()}. Your move."
 
     def _generate(self) -> Level:
         height, width = self.dim_room
@@ -315,9 +337,15 @@ class SokobanEnv(TextEnv):
             parts.append("; ".join(notes).rstrip(".") + ".")
         if problem:
             parts.append(problem)
-        parts.append(self._require_level().render())
+        parts.append(self._board())
         parts.append("Solved: every box is on a target!" if solved else f"Boxes on targets: {self._progress()}.")
         return "\n".join(parts)
+
+    def _board(self) -> str:
+        level = self._require_level()
+        if not self.show_positions:
+            return level.render()
+        return f"{level.render()}\n{level.positions()}"
 
     def _progress(self) -> str:
         level = self._require_level()
@@ -329,6 +357,8 @@ class SokobanEnv(TextEnv):
         return self.level
 
     def _describe(self) -> str:
+        if self.brief:
+            return "Sokoban: push every box onto a target. Move with <answer>Up</answer>, Down, Left or Right."
         legend = "\n".join(f"  {symbol}  {meaning}" for symbol, meaning in LEGEND.items())
         return (
             "You are playing Sokoban. Push every box onto a target. You push a box by walking "

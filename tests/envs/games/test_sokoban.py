@@ -185,3 +185,25 @@ def test_render_ansi_shows_the_grid() -> None:
     env = SokobanEnv(render_mode="ansi")
     env.reset(seed=0, options={"level": CORRIDOR})
     assert env.render() == "#######\n#PX_O_#\n#######"
+
+
+def test_show_positions_writes_rows_and_columns_that_follow_the_moves() -> None:
+    env, (observation, *_) = play(CORRIDOR, "<answer>Right</answer>", show_positions=True)
+    assert "Rows and columns: you 1 2; box 1 3; target 1 4." in observation
+    env = SokobanEnv(show_positions=True, dim_room=7, num_boxes=2)
+    first, _ = env.reset(seed=3)
+    line = next(row for row in first.splitlines() if row.startswith("Rows and columns"))
+    assert "; boxes " in line and "; targets " in line
+    grid = env.level.render().splitlines()
+    for part in line.removeprefix("Rows and columns: ").rstrip(".").split("; "):
+        name, *cells = part.replace(",", "").split()
+        symbols = {"you": "PS", "box": "X√", "boxes": "X√", "target": "OS√", "targets": "OS√"}[name]
+        pairs = list(zip(cells[::2], cells[1::2]))
+        assert pairs and all(grid[int(row)][int(col)] in symbols for row, col in pairs)
+    assert "Rows and columns" not in SokobanEnv().reset(seed=3)[0]
+
+
+def test_brief_instructions_are_one_line_and_keep_the_action_format() -> None:
+    brief, full = SokobanEnv(brief=True).instructions, SokobanEnv().instructions
+    assert "<answer>Up</answer>" in brief and "Legend" not in brief
+    assert len(brief) < len(full) / 3
