@@ -26,7 +26,7 @@ import contextlib
 import math
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +140,12 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
               batch_size: int, seed: int = 0, max_length: int = 4096, max_grad_norm: float = 1.0,
               adam_betas: tuple[float, float] = (0.9, 0.99), logging: bool = False,
               optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
-              min_lr_ratio: float = 0.1) -> list[dict[str, float]]:
+              min_lr_ratio: float = 0.1,
+              on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
     """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).
 
+    ``on_step(step, log)``, when given, is called as each step's log arrives (step from 0), so
+    a long run shows its progress while it trains.
     ``optimizer_out``, when given, receives the AdamW used (its moments can carry on into RL).
     ``lr_schedule`` (constant, linear, cosine down to ``min_lr_ratio * lr``) after
     ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
@@ -159,12 +162,30 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     with quiet_trl():
         trainer = without_printer(SFTTrainer(model=model, args=args, train_dataset=dataset,
                                              processing_class=tokenizer))
+        if on_step is not None:
+            trainer.add_callback(_step_logs_callback(on_step))
         trainer.train()
     model.eval()
     if optimizer_out is not None:
         optimizer_out.append(getattr(trainer.optimizer, "optimizer", trainer.optimizer))  # unwrap accelerate's
-    return [{key: float(value) for key, value in record.items() if isinstance(value, (int, float))}
-            for record in trainer.state.log_history if "loss" in record]
+    return [_numbers(record) for record in trainer.state.log_history if "loss" in record]
+
+
+def _numbers(record: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in record.items() if isinstance(value, (int, float))}
+
+
+def _step_logs_callback(on_step: Callable[[int, dict[str, float]], None]) -> Any:
+    """A transformers callback handing each step's log (``loss``, ...) to ``on_step``."""
+    from transformers import TrainerCallback
+
+    class StepLogs(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                on_step(state.global_step - 1, _numbers(logs))
+
+    return StepLogs()
 
 
 def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
@@ -223,17 +244,19 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
     result = TrainResult(out=out)
     with MetricsLogger(out, config, console=console) as log:
         log.note(f"SFT on {len(dataset)} successful rows of {len(rows)} in {config.trajectories}.")
-        logs = sft_train(model, tokenizer, dataset, out=out / "sft", steps=config.steps, lr=config.lr,
-                         batch_size=config.micro_batch_size, seed=config.seed,
-                         max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
-                         adam_betas=config.adam_betas, lr_schedule=config.lr_schedule,
-                         warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio)
-        for step, record in enumerate(logs):
+
+        def log_step(step: int, record: dict[str, float]) -> None:
             metrics = {"loss": record["loss"], "train_rows": float(len(dataset))}
             if "mean_token_accuracy" in record:
                 metrics["token_accuracy"] = record["mean_token_accuracy"]
             log.log(step, metrics)
             result.metrics.append(metrics)
+
+        sft_train(model, tokenizer, dataset, out=out / "sft", steps=config.steps, lr=config.lr,
+                  batch_size=config.micro_batch_size, seed=config.seed,
+                  max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
+                  adam_betas=config.adam_betas, lr_schedule=config.lr_schedule,
+                  warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio, on_step=log_step)
     final = out / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

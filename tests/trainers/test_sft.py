@@ -18,7 +18,7 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
-from agentgym.trainers.sft import load_model_and_tokenizer, run_sft, sft_dataset
+from agentgym.trainers.sft import load_model_and_tokenizer, run_sft, sft_dataset, sft_train
 
 BANDIT = "Bandit-LLM-v0"
 
@@ -97,3 +97,17 @@ def test_sft_on_successful_episodes_learns_the_best_arm(tokenizer: Any, tiny_mod
     tuned, _ = load_model_and_tokenizer(str(result.final_model))
     after = _success_rate(tuned.eval(), tokenizer, range(5000, 5020))
     assert before < 0.5 and after >= 0.9, (before, after)
+
+
+def test_sft_reports_each_step_while_it_trains(tokenizer: Any, tiny_model: str, tmp_path: Path) -> None:
+    model, _ = load_model_and_tokenizer(tiny_model)
+    seen: list[tuple[int, float, float]] = []
+
+    def on_step(step: int, log: dict[str, float]) -> None:  # the weights at that moment tell "live"
+        seen.append((step, log["loss"], float(model.lm_head.weight.detach().sum())))
+
+    logs = sft_train(model, tokenizer, sft_dataset(_random_rows(tokenizer, episodes=8, seed=1)),
+                     out=tmp_path, steps=3, lr=1e-3, batch_size=4, on_step=on_step)
+    assert [step for step, _, _ in seen] == [0, 1, 2]
+    assert [loss for _, loss, _ in seen] == pytest.approx([log["loss"] for log in logs])
+    assert len({weights for _, _, weights in seen}) == 3  # called between steps, not after training
