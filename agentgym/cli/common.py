@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import gymnasium as gym
 import typer
@@ -13,11 +13,19 @@ from rich.markup import escape
 import agentgym
 from agentgym.errors import AgentGymError
 
-__all__ = ["console", "ENV_KWARG_HELP", "fail", "make_env", "parse_env_kwargs"]
+__all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "fail", "make_env", "MaxContextOption",
+           "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs"]
 
 console = Console(highlight=False)
 
 ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, [7, 7], true); repeatable."
+
+# Options the playing commands (rollout, eval, envs, train) share; each command sets its own default.
+EnvKwargOption = Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)]
+MaxTurnsOption = Annotated[int | None, typer.Option(help="Turn limit (default: the env's).")]
+MaxTokensOption = Annotated[int, typer.Option(help="Tokens one turn may sample.")]
+MaxContextOption = Annotated[int, typer.Option(help="Tokens an episode may hold.")]
+ConcurrencyOption = Annotated[int, typer.Option(help="Episodes playing at once.")]
 
 
 def fail(message: str) -> typer.Exit:

@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 import agentgym
-from agentgym.cli.common import ENV_KWARG_HELP, console, make_env, parse_env_kwargs
+from agentgym.cli.common import EnvKwargOption, console, make_env, parse_env_kwargs
 from agentgym.core import TextEnv
 from agentgym.registry import plugin_failures
 
@@ -42,7 +42,7 @@ def list_command(
 def play_command(
     env_id: Annotated[str, typer.Argument(metavar="ENV", help="Env id, e.g. Sokoban-LLM-v0.")],
     seed: Annotated[int | None, typer.Option(help="Seed of the first level.")] = None,
-    env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
+    env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play an environment yourself in the terminal."""
     _enable_line_editing()

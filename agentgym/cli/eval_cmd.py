@@ -26,7 +26,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
+from agentgym.cli.common import (
+    ConcurrencyOption,
+    EnvKwargOption,
+    MaxContextOption,
+    MaxTokensOption,
+    MaxTurnsOption,
+    console,
+    fail,
+    parse_env_kwargs,
+)
 from agentgym.cli.rollout_cmd import Player, PolicyName, playing_with
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
@@ -86,12 +95,12 @@ def eval_command(
     episodes: Annotated[int, typer.Option(help="Episodes (one per seed).")] = 200,
     seed_offset: Annotated[int, typer.Option(help="Seed of the first episode; keep it apart from training seeds.")] = 100_000,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
-    max_turns: Annotated[int | None, typer.Option(help="Turn limit (default: the env's).")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Tokens one turn may sample.")] = 32,
-    max_context: Annotated[int, typer.Option(help="Tokens an episode may hold.")] = 4096,
-    concurrency: Annotated[int, typer.Option(help="Episodes playing at once.")] = 32,
+    max_turns: MaxTurnsOption = None,
+    max_tokens: MaxTokensOption = 32,
+    max_context: MaxContextOption = 4096,
+    concurrency: ConcurrencyOption = 32,
     out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
-    env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
+    env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
     try:

@@ -16,7 +16,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
+from agentgym.cli.common import (
+    ConcurrencyOption,
+    EnvKwargOption,
+    MaxContextOption,
+    MaxTokensOption,
+    MaxTurnsOption,
+    console,
+    fail,
+    parse_env_kwargs,
+)
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
@@ -40,10 +49,10 @@ def rollout_command(
     api_key: Annotated[str, typer.Option(help="API key for --base-url.")] = "EMPTY",
     episodes: Annotated[int, typer.Option(help="Episodes in all.")] = 8,
     group_size: Annotated[int, typer.Option(help="Episodes per seed (a GRPO group).")] = 1,
-    concurrency: Annotated[int, typer.Option(help="Episodes playing at once.")] = 32,
-    max_turns: Annotated[int | None, typer.Option(help="Turn limit (default: the env's).")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Tokens one turn may sample.")] = 64,
-    max_context: Annotated[int, typer.Option(help="Tokens an episode may hold.")] = 4096,
+    concurrency: ConcurrencyOption = 32,
+    max_turns: MaxTurnsOption = None,
+    max_tokens: MaxTokensOption = 64,
+    max_context: MaxContextOption = 4096,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the first group; group g plays seed+g.")] = 0,
     out: Annotated[Path | None, typer.Option(help="Write the rows to this Parquet file.")] = None,
@@ -52,7 +61,7 @@ def rollout_command(
     show: Annotated[int, typer.Option(help="Print this many finished episodes in full.")] = 3,
     ray: Annotated[str | None, typer.Option(metavar="[ADDRESS]", help="Play on Ray actors: 'local' or no value (a Ray instance on this machine), 'auto' (the cluster `ray start` made) or ray://HOST:PORT. Workers must import agentgym (see docs/scaling.md).")] = None,
     ray_actors: Annotated[int | None, typer.Option(help="Ray actors (default: one per free CPU, at most one per group); --concurrency is shared out over them.")] = None,
-    env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
+    env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play episodes, record them token by token, print a summary."""
     if resume and out is None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from agentgym.cli.common import ENV_KWARG_HELP, console, fail, parse_env_kwargs
+from agentgym.cli.common import EnvKwargOption, console, fail, parse_env_kwargs
 from agentgym.errors import AgentGymError
 
 __all__ = ["report_command", "train_command"]
@@ -47,7 +47,7 @@ def train_command(
     tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard.")] = False,
     wandb: Annotated[bool, typer.Option(help="Also log to Weights & Biases.")] = False,
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML file of TrainConfig fields.")] = None,
-    env_kwarg: Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)] = [],  # noqa: B006
+    env_kwarg: EnvKwargOption = [],  # noqa: B006
     assignments: Annotated[list[str], typer.Option("--set", "-s", help=_SET_HELP)] = [],  # noqa: B006
 ) -> None:
     """Train a model on an env with RL (GRPO) or SFT; log, checkpoint, push weights to the server."""
