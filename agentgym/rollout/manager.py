@@ -138,6 +138,8 @@ class _Episode:
     policy_version: int | None = None
     retokenized: bool = False
     error: str | None = None
+    #: a model-free policy's own copy for this episode (see ``_model_free_policy``)
+    player: Any = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -295,8 +297,17 @@ class EnvManager:
                                                   key=episode.id)
             return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed,
                                              key=episode.id)
-        text = policy.act(episode.messages[-1].content, env.unwrapped)
+        text = self._model_free_policy(episode).act(episode.messages[-1].content, env.unwrapped)
         return Generation(text=text, finish_reason="stop")
+
+    def _model_free_policy(self, episode: _Episode) -> Any:
+        """The policy that plays ``episode``: a policy with ``for_episode`` (the random one)
+        gets a copy keyed by the episode's seed and index, so a rerun repeats its moves
+        whatever order the concurrent episodes are scheduled in."""
+        if episode.player is None:
+            for_episode = getattr(self.policy, "for_episode", None)
+            episode.player = for_episode(episode.seed, episode.index_in_group) if for_episode else self.policy
+        return episode.player
 
     def _turn_seed(self, episode: _Episode) -> int | None:
         """The sampling seed of the episode's next turn: distinct per (group seed, member, turn)."""

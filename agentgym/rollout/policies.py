@@ -29,7 +29,19 @@ class RandomPolicy:
     """A random well-formed move (the env's ``random_action``), from its own seeded RNG."""
 
     def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
+
+    def for_episode(self, *key: int) -> RandomPolicy:
+        """A copy whose RNG is drawn from this seed and ``key`` (the episode's seed and index).
+
+        The rollout manager plays many episodes at once; one shared RNG would
+        hand out draws in scheduling order, so a rerun with the same seed
+        would play different moves. Unseeded policies stay unseeded.
+        """
+        if self.seed is None:
+            return RandomPolicy()
+        return RandomPolicy(seed=int(np.random.SeedSequence([self.seed, *key]).generate_state(1)[0]))
 
     def act(self, observation: str, env: TextEnv) -> str:
         return env.random_action(self.rng)

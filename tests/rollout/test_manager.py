@@ -111,6 +111,22 @@ def test_model_free_policies_are_tokenized_like_a_model(renderer: ChatRenderer) 
     assert plain.prompt_ids == plain.completion_ids == [] and plain.num_turns >= 1
 
 
+def test_the_random_policy_repeats_whatever_the_scheduling_order() -> None:
+    def moves(concurrency: int) -> dict[tuple[int, int], list[str]]:
+        config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=12, group_size=3, max_turns=8,
+                               concurrency=concurrency)
+        rows = asyncio.run(EnvManager(config, RandomPolicy(7)).run())
+        return {row.key: [m.content for m in row.messages if m.role == "assistant"] for row in rows}
+
+    one_at_a_time = moves(concurrency=1)
+    assert moves(concurrency=12) == one_at_a_time
+    # Members of a group play the same level with their own draws.
+    assert any(len({tuple(one_at_a_time[(group, member)]) for member in range(3)}) > 1 for group in range(4))
+    unseeded = asyncio.run(EnvManager(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=2, max_turns=2),
+                                      RandomPolicy()).run())
+    assert all(row.num_turns >= 1 and row.error is None for row in unseeded)
+
+
 def test_a_broken_policy_is_recorded_not_raised(renderer: ChatRenderer) -> None:
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_turns=5)
     (row,) = asyncio.run(EnvManager(config, ScriptedPolicy(["<answer>Up</answer>"]), renderer=renderer).run())

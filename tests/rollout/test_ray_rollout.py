@@ -102,6 +102,13 @@ def test_a_model_free_policy_plays_on_ray_without_a_tokenizer(local_ray: RayOpti
     rows = _on_ray(config, PolicySpec(model_free=RandomPolicy(seed=0), tokenizer=None), local_ray, actors)
     assert sorted(row.key for row in rows) == config.episode_keys()
     assert all(row.num_turns >= 1 and row.completion_ids == [] for row in rows)
+    # Each episode draws from its own RNG, so it plays the same moves on whichever actor it lands.
+    local = asyncio.run(EnvManager(config, RandomPolicy(seed=0)).run())
+    assert _moves(rows) == _moves(local)
+
+
+def _moves(rows: list[TrajectoryRow]) -> dict[tuple[int, int], list[str]]:
+    return {row.key: [message.content for message in row.messages if message.role == "assistant"] for row in rows}
 
 
 def test_a_failing_actor_is_a_clear_error(local_ray: RayOptions, actors: RolloutActors, stub: StubServer, tmp_path: Path) -> None:
