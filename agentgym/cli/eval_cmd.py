@@ -5,7 +5,10 @@ Plays ``--episodes`` episodes on seeds ``--seed-offset``, ``--seed-offset + 1``,
 keeps them apart), greedily by default, and prints success rate, mean turns
 and the invalid-action rate. With ``--out RUN_DIR``, or when ``--model`` is
 the ``final`` (or a checkpoint) folder of an ``agentgym train`` run, the result
-is added to ``RUN_DIR/eval.json``, which ``agentgym report`` shows::
+is added to ``RUN_DIR/eval.json``, which ``agentgym report`` shows. With
+``--episodes-out FILE`` every episode is also written to Parquet, in the rows
+of ``agentgym rollout`` (``agentgym view FILE`` replays them; two models'
+files compare level by level)::
 
     agentgym eval --env Sokoban-LLM-v0 --model runs/sft/final --episodes 200 --seed-offset 100000
     agentgym eval --env Sokoban-LLM-v0 --policy solver -k dim_room=[7,7] -k num_boxes=2
@@ -100,9 +103,13 @@ def eval_command(
     max_context: MaxContextOption = 4096,
     concurrency: ConcurrencyOption = 32,
     out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
+    episodes_out: Annotated[Path | None, typer.Option(
+        "--episodes-out", help="Also write every episode to this Parquet file (agentgym view shows them).")] = None,
     env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
+    if episodes_out is not None and episodes_out.exists():
+        raise fail(f"{episodes_out} already exists: choose another --episodes-out, or remove it.")
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
@@ -110,7 +117,7 @@ def eval_command(
             max_tokens_per_turn=max_tokens, seed=seed_offset, sampling_seed=seed_offset,
         )
         started = time.monotonic()
-        rows = asyncio.run(_play(config, policy, model, temperature))
+        rows = asyncio.run(_play(config, policy, model, temperature, episodes_out))
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
     who = model if policy is PolicyName.model else policy.value
@@ -124,15 +131,24 @@ def eval_command(
         console.print(f"Result added to {escape(str(path))} (agentgym report {escape(str(run_dir))} shows it).")
 
 
-async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float) -> list[TrajectoryRow]:
+async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float,
+                episodes_out: Path | None) -> list[TrajectoryRow]:
     # rollout's player: the built-in server for a model; a model-free policy keeps no token ids
     player = Player(policy, model, base_url=None, api_key="EMPTY", temperature=temperature)
+    from agentgym.rollout.storage import RolloutWriter  # pyarrow: only when asked, keeps the CLI quick to start
+
+    writer = RolloutWriter(episodes_out) if episodes_out is not None else None
     async with playing_with(player, config, record=False) as (playing, renderer):
         with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
+                      console=console) as progress, writer or contextlib.nullcontext():
             task = progress.add_task("eval", total=config.episodes)
-            manager = EnvManager(config, playing, renderer=renderer,
-                                 on_episode=lambda rows: progress.advance(task))
+
+            def finished(rows: list[TrajectoryRow]) -> None:
+                progress.advance(task)
+                if writer is not None:
+                    writer.add(rows)  # as they finish: an interrupted eval keeps what it played
+
+            manager = EnvManager(config, playing, renderer=renderer, on_episode=finished)
             return await manager.run()
 
 

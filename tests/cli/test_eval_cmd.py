@@ -37,6 +37,29 @@ def test_random_play_is_a_baseline_with_a_table() -> None:
     assert "seeds 100000..100009" in output and "success rate" in output and "invalid" in output
 
 
+def test_episodes_out_keeps_every_episode_and_a_rerun_repeats_them(tmp_path: Path) -> None:
+    def random_eval(out: Path) -> str:
+        result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "6",
+                                     "--max-turns", "4", "--episodes-out", str(out)], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        return _flat(result.output)
+
+    output = random_eval(tmp_path / "a.parquet")
+    rows = read_rows(tmp_path / "a.parquet")
+    assert sorted(row.seed for row in rows) == list(range(100000, 100006))
+    assert f"│ 6 │ {sum(row.success for row in rows) / 6:.1%} │" in output
+    random_eval(tmp_path / "b.parquet")
+    moves = [{row.seed: [m.content for m in row.messages] for row in read_rows(tmp_path / name)}
+             for name in ("a.parquet", "b.parquet")]
+    assert moves[0] == moves[1]  # the random policy repeats (--seed-offset seeds it)
+
+    before = (tmp_path / "a.parquet").read_bytes()
+    again = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "2",
+                                "--episodes-out", str(tmp_path / "a.parquet")], terminal_width=200)
+    assert again.exit_code == 2 and "already exists: choose another --episodes-out" in _flat(again.output)
+    assert (tmp_path / "a.parquet").read_bytes() == before
+
+
 @pytest.mark.parametrize("command", ["eval", "rollout"])
 def test_solver_for_an_env_without_one_is_a_clear_error(command: str) -> None:
     result = runner.invoke(app, [command, "--env", "Wordle-LLM-v0", "--policy", "solver", "--episodes", "2"],
