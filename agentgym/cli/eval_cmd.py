@@ -26,7 +26,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from agentgym.cli.common import (
@@ -39,7 +38,7 @@ from agentgym.cli.common import (
     fail,
     parse_env_kwargs,
 )
-from agentgym.cli.rollout_cmd import Player, PolicyName, playing_with
+from agentgym.cli.rollout_cmd import Player, PolicyName, episode_progress, playing_with
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.rows import TrajectoryRow
@@ -139,12 +138,10 @@ async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperatu
 
     writer = RolloutWriter(episodes_out) if episodes_out is not None else None
     async with playing_with(player, config, record=False) as (playing, renderer):
-        with Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress, writer or contextlib.nullcontext():
-            task = progress.add_task("eval", total=config.episodes)
+        with episode_progress("eval", config.episodes) as report, writer or contextlib.nullcontext():
 
             def finished(rows: list[TrajectoryRow]) -> None:
-                progress.advance(task)
+                report(rows)
                 if writer is not None:
                     writer.add(rows)  # as they finish: an interrupted eval keeps what it played
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -32,7 +32,8 @@ from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.servers import ServerStats, parse_base_urls
 
-__all__ = ["Player", "PolicyName", "expand_bare_ray", "playing_with", "print_episode", "rollout_command"]
+__all__ = ["Player", "PolicyName", "episode_progress", "expand_bare_ray", "playing_with", "print_episode",
+           "rollout_command"]
 
 
 class PolicyName(str, Enum):
@@ -103,7 +104,7 @@ async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: 
     writer = RolloutWriter(out, resume=resume) if out is not None else None
     rows: list[TrajectoryRow] = []
     async with playing_with(player, config, record=out is not None) as (policy, renderer):
-        with _progress(config, len(skip)) as report:
+        with episode_progress("rollout", config.episodes, len(skip)) as report:
             shown = 0
 
             def finished(episode_rows: list[TrajectoryRow]) -> None:
@@ -222,13 +223,19 @@ def _renderer(model: str) -> Any:
 
 
 @contextlib.contextmanager
-def _progress(config: RolloutConfig, already: int) -> Iterator[Any]:
-    """A live bar: episodes done, mean reward, success rate, sampled tokens/s."""
-    progress = Progress(TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(),
+def episode_progress(label: str, total: int, already: int = 0) -> Iterator[Callable[[list[TrajectoryRow]], None]]:
+    """Episodes done, mean reward, success rate, sampled tokens/s; yields the per-episode report.
+
+    A live bar in a terminal. Written to a file or a pipe there is no live
+    display, so a plain line is printed every tenth of the episodes instead:
+    an hour-long rollout or eval in a log file still shows how it goes.
+    """
+    progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=console,
                         transient=False)
     stats = {"episodes": 0, "reward": 0.0, "success": 0, "tokens": 0, "start": time.monotonic()}
-    task = progress.add_task("rollout", total=config.episodes, completed=already, stats="")
+    task = progress.add_task(label, total=total, completed=already, stats="")
+    every = max(total // 10, 1)
 
     def report(rows: list[TrajectoryRow]) -> None:
         stats["episodes"] += 1
@@ -236,9 +243,13 @@ def _progress(config: RolloutConfig, already: int) -> Iterator[Any]:
         stats["success"] += rows[0].success
         stats["tokens"] += sum(sum(row.completion_mask) for row in rows)
         count, elapsed = stats["episodes"], max(time.monotonic() - stats["start"], 1e-9)
-        progress.update(task, advance=1, stats=(
-            f"reward {stats['reward'] / count:.2f}  success {stats['success'] / count:.0%}  "
-            f"{stats['tokens'] / elapsed:,.0f} tok/s"))
+        text = f"reward {stats['reward'] / count:.2f}  success {stats['success'] / count:.0%}"
+        if stats["tokens"]:  # a model-free policy, or an eval (no token ids kept), samples none
+            text += f"  {stats['tokens'] / elapsed:,.0f} tok/s"
+        progress.update(task, advance=1, stats=text)
+        done = already + count
+        if not console.is_terminal and (done % every == 0 or done == total):
+            console.print(f"{label} {done}/{total}  {text}  {elapsed:.0f} s")
 
     with progress:
         yield report

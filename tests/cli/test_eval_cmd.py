@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,9 @@ def test_random_play_is_a_baseline_with_a_table() -> None:
     assert result.exit_code == 0, result.output
     output = _flat(result.output)
     assert "seeds 100000..100009" in output and "success rate" in output and "invalid" in output
+    # Not a terminal (a log file): progress comes as a line every tenth of the episodes.
+    assert re.findall(r"^eval (\d+/10)  reward", result.output, flags=re.MULTILINE) == \
+        [f"{done}/10" for done in range(1, 11)]
 
 
 def test_episodes_out_keeps_every_episode_and_a_rerun_repeats_them(tmp_path: Path) -> None:
