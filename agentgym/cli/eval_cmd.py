@@ -132,10 +132,10 @@ def eval_command(
 
 async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float,
                 episodes_out: Path | None) -> list[TrajectoryRow]:
-    # rollout's player: the built-in server for a model; a model-free policy keeps no token ids
-    player = Player(policy, model, base_url=None, api_key="EMPTY", temperature=temperature)
     from agentgym.rollout.storage import RolloutWriter  # pyarrow: only when asked, keeps the CLI quick to start
 
+    # rollout's player: the built-in server for a model; a model-free policy keeps no token ids
+    player = Player(policy, model, base_url=None, api_key="EMPTY", temperature=temperature)
     writer = RolloutWriter(episodes_out) if episodes_out is not None else None
     async with playing_with(player, config, record=False) as (playing, renderer):
         with episode_progress("eval", config.episodes) as report, writer or contextlib.nullcontext():

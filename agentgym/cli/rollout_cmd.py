@@ -244,7 +244,7 @@ def episode_progress(label: str, total: int, already: int = 0) -> Iterator[Calla
         stats["tokens"] += sum(sum(row.completion_mask) for row in rows)
         count, elapsed = stats["episodes"], max(time.monotonic() - stats["start"], 1e-9)
         text = f"reward {stats['reward'] / count:.2f}  success {stats['success'] / count:.0%}"
-        if stats["tokens"]:  # a model-free policy, or an eval (no token ids kept), samples none
+        if stats["tokens"]:  # a model-free policy samples no tokens
             text += f"  {stats['tokens'] / elapsed:,.0f} tok/s"
         progress.update(task, advance=1, stats=text)
         done = already + count
