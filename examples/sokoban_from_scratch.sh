@@ -4,7 +4,8 @@
 # levels it never saw (seeds 100000 to 100199; demonstrations use seeds 0 to 19999, GRPO 0 to 127).
 #
 #   bash examples/sokoban_from_scratch.sh                 # 6x6 rooms, 1 box (the measured recipe)
-#   ROOM='[7,7]' BOXES=2 OUT=runs/sokoban7 bash examples/sokoban_from_scratch.sh
+#   ROOM='[7,7]' BOXES=2 MODEL=runs/sokoban6/sft/final SFT_STEPS=400 SFT_LR=5e-4 OUT=runs/sokoban7 \
+#     bash examples/sokoban_from_scratch.sh               # 7x7, 2 boxes, starting from the 6x6 model
 #   QUICK=1 bash examples/sokoban_from_scratch.sh         # every piece, tiny sizes: a smoke test (minutes)
 #
 # Everything runs on the CPU; docs/results.md has the numbers it gave on 2 cores.
@@ -26,6 +27,7 @@ OUT=${OUT:-runs/sokoban6}
 MODEL=${MODEL:-tiny-128x4}
 DEMOS=${DEMOS:-20000}            # solver episodes (about 4.6 moves each on 6x6)
 SFT_STEPS=${SFT_STEPS:-1200}     # batches of 16 episodes, cosine decay (35 minutes on 2 cores)
+SFT_LR=${SFT_LR:-1e-3}           # from scratch; lower when MODEL is already trained (a curriculum)
 GRPO_STEPS=${GRPO_STEPS:-16}     # each: GRPO_EPISODES episodes in groups of 8, one optimiser step, a weight sync
 GRPO_EPISODES=${GRPO_EPISODES:-64}
 EVAL_EPISODES=${EVAL_EPISODES:-200}
@@ -44,13 +46,13 @@ mkdir -p "$OUT"
 
 # 2. SFT of a random-init model on them (loss on the moves only).
 "$AGENTGYM" train --trainer sft --trajectories "$OUT/demos.parquet" --model "$MODEL" \
-  --steps "$SFT_STEPS" --lr 1e-3 -s micro_batch_size=16 -s warmup_steps=20 -s lr_schedule=cosine \
+  --steps "$SFT_STEPS" --lr "$SFT_LR" -s micro_batch_size=16 -s warmup_steps=20 -s lr_schedule=cosine \
   --out "$OUT/sft"
-"$AGENTGYM" eval "${ENV[@]}" --model "$OUT/sft/final" "${EVAL[@]}"
+"$AGENTGYM" eval "${ENV[@]}" --model "$OUT/sft/final" "${EVAL[@]}" --episodes-out "$OUT/eval_sft.parquet"
 
 # 3. GRPO from the SFT checkpoint, online against the built-in server.
 "$AGENTGYM" train "${GRPO[@]}" "${ENV[@]}" --model "$OUT/sft/final" --out "$OUT/grpo"
-"$AGENTGYM" eval "${ENV[@]}" --model "$OUT/grpo/final" "${EVAL[@]}"
+"$AGENTGYM" eval "${ENV[@]}" --model "$OUT/grpo/final" "${EVAL[@]}" --episodes-out "$OUT/eval_grpo.parquet"
 
 # 4. The bounds: random moves and the solver, on the same unseen levels.
 "$AGENTGYM" eval "${ENV[@]}" --policy random "${EVAL[@]}"
