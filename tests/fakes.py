@@ -12,7 +12,7 @@ import gymnasium as gym
 from agentgym.core import Outcome, TextEnv
 from agentgym.parsing import extract_answer, normalize
 
-__all__ = ["EchoEnv", "make_game", "refuses", "write_jsonl", "write_parquet"]
+__all__ = ["EchoEnv", "make_game", "played_moves", "refuses", "write_jsonl", "write_parquet"]
 
 _Env = TypeVar("_Env", bound=TextEnv)
 
@@ -75,3 +75,8 @@ class EchoEnv(TextEnv):
 
     def render_text(self) -> str:
         return f"secret={self.secret} turn={self.turn}"
+
+
+def played_moves(rows: list[Any]) -> dict[tuple[int, int], list[str]]:
+    """What each episode of a rollout played: its assistant messages, by (group, index in group)."""
+    return {row.key: [message.content for message in row.messages if message.role == "assistant"] for row in rows}

@@ -14,6 +14,7 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter, done_episodes, read_rows
 from agentgym.serve.stub import StubServer
 from alignment import assert_aligned
+from fakes import played_moves
 
 
 def run(config: RolloutConfig, base_url: str, renderer: ChatRenderer, *, retries: int = 3,
@@ -115,8 +116,7 @@ def test_the_random_policy_repeats_whatever_the_scheduling_order() -> None:
     def moves(concurrency: int) -> dict[tuple[int, int], list[str]]:
         config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=12, group_size=3, max_turns=8,
                                concurrency=concurrency)
-        rows = asyncio.run(EnvManager(config, RandomPolicy(7)).run())
-        return {row.key: [m.content for m in row.messages if m.role == "assistant"] for row in rows}
+        return played_moves(asyncio.run(EnvManager(config, RandomPolicy(7)).run()))
 
     one_at_a_time = moves(concurrency=1)
     assert moves(concurrency=12) == one_at_a_time

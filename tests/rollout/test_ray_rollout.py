@@ -28,6 +28,7 @@ from agentgym.rollout.ray_rollout import (
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import read_rows
 from agentgym.serve.stub import StubServer
+from fakes import played_moves
 
 CONFIG = {"env_id": "Sokoban-LLM-v0", "episodes": 8, "group_size": 2, "concurrency": 4, "max_turns": 3}
 
@@ -104,11 +105,7 @@ def test_a_model_free_policy_plays_on_ray_without_a_tokenizer(local_ray: RayOpti
     assert all(row.num_turns >= 1 and row.completion_ids == [] for row in rows)
     # Each episode draws from its own RNG, so it plays the same moves on whichever actor it lands.
     local = asyncio.run(EnvManager(config, RandomPolicy(seed=0)).run())
-    assert _moves(rows) == _moves(local)
-
-
-def _moves(rows: list[TrajectoryRow]) -> dict[tuple[int, int], list[str]]:
-    return {row.key: [message.content for message in row.messages if message.role == "assistant"] for row in rows}
+    assert played_moves(rows) == played_moves(local)
 
 
 def test_a_failing_actor_is_a_clear_error(local_ray: RayOptions, actors: RolloutActors, stub: StubServer, tmp_path: Path) -> None:
