@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Sokoban from scratch: a randomly initialised tiny model learns Sokoban from the solver's
 # demonstrations (SFT), improves by RL against the built-in server (GRPO), and is evaluated on
-# levels it never saw (seeds 100000 to 100199; demonstrations use seeds 0 to 19999, GRPO 0 to 127).
+# levels it never saw (seeds 100000 to 100199; demonstrations use seeds 0 to 19999, GRPO plays
+# `--seed 1`'s levels, 1000003 upwards, so it never trains on a level SFT saw solved).
 #
 #   bash examples/sokoban_from_scratch.sh                 # 6x6 rooms, 1 box (the measured recipe)
 #   ROOM='[7,7]' BOXES=2 MODEL=runs/sokoban6/sft/final SFT_STEPS=400 SFT_LR=5e-4 OUT=runs/sokoban7 \
+#     GRPO_STEPS=20 GRPO_EPOCHS=1 GRPO_TURNS=12 \
 #     bash examples/sokoban_from_scratch.sh               # 7x7, 2 boxes, starting from the 6x6 model
 #   QUICK=1 bash examples/sokoban_from_scratch.sh         # every piece, tiny sizes: a smoke test (minutes)
 #
@@ -28,16 +30,21 @@ MODEL=${MODEL:-tiny-128x4}
 DEMOS=${DEMOS:-20000}            # solver episodes (about 4.6 moves each on 6x6)
 SFT_STEPS=${SFT_STEPS:-1200}     # batches of 16 episodes, cosine decay (35 minutes on 2 cores)
 SFT_LR=${SFT_LR:-1e-3}           # from scratch; lower when MODEL is already trained (a curriculum)
-GRPO_STEPS=${GRPO_STEPS:-16}     # each: GRPO_EPISODES episodes in groups of 8, one optimiser step, a weight sync
+# A GRPO step: GRPO_EPISODES episodes in groups of 8, 4 mini-batches x GRPO_EPOCHS optimiser steps
+# on them, then a weight sync to the server.
+GRPO_STEPS=${GRPO_STEPS:-24}
 GRPO_EPISODES=${GRPO_EPISODES:-64}
+GRPO_EPOCHS=${GRPO_EPOCHS:-2}
+GRPO_TURNS=${GRPO_TURNS:-20}     # turn limit while training (the eval keeps the env's 30)
 EVAL_EPISODES=${EVAL_EPISODES:-200}
 if [[ -n "${QUICK:-}" ]]; then
-  MODEL=tiny DEMOS=16 SFT_STEPS=2 GRPO_STEPS=1 GRPO_EPISODES=16 EVAL_EPISODES=4
+  MODEL=tiny DEMOS=16 SFT_STEPS=2 GRPO_STEPS=1 GRPO_EPISODES=16 GRPO_EPOCHS=1 EVAL_EPISODES=4
 fi
 ENV=(--env Sokoban-LLM-v0 -k "dim_room=$ROOM" -k "num_boxes=$BOXES" -k brief=true -k show_positions=true)
 EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000)
 GRPO=(--trainer grpo --backend fsdp --steps "$GRPO_STEPS" --group-size 8 --episodes-per-step "$GRPO_EPISODES" --lr 1e-4
-      --max-turns 20 --max-tokens 16 -s format_warmup_episodes=0 -s lr_schedule=constant -s checkpoint_every=1000)
+      --max-turns "$GRPO_TURNS" --max-tokens 16 --seed 1 -s mini_batches=4 -s epochs="$GRPO_EPOCHS"
+      -s format_warmup_episodes=0 -s lr_schedule=constant -s checkpoint_every=1000)
 mkdir -p "$OUT"
 
 # 1. Demonstrations: the solver's episodes, in the tokens the model would have produced.
