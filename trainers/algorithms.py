@@ -12,6 +12,10 @@ Departures from the papers, on purpose:
 - Dr. GRPO (Liu et al. 2025) drops the std and the per-sequence length
   normalisation: the loss is summed over tokens and divided by a constant
   (``max_tokens``), not by each sequence's length.
+- GiGPO's turn-level advantage (Feng et al. 2025, "Group-in-Group Policy
+  Optimization for LLM Agent Training") normalises with the same method as
+  the episode-level one (``grpo``: by the anchor group's std; ``dr_grpo``:
+  not at all), where the paper has a switch of its own.
 - The importance-sampling correction (Yao et al. 2025, "Your efficient RL
   framework secretly brings you off-policy RL training") reweights by
   pi_old / pi_rollout, the gap between the trainer's and the server's
@@ -21,6 +25,8 @@ Departures from the papers, on purpose:
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +41,8 @@ __all__ = [
     "LossAggregation",
     "LossConfig",
     "LossOutput",
+    "anchor_advantages",
+    "discounted_returns",
     "group_advantages",
     "importance_weights",
     "kl_k3",
@@ -82,6 +90,43 @@ def group_advantages(rewards: torch.Tensor, group_size: int, method: AdvantageMe
     else:
         raise ConfigError(f"Unknown advantage method {method!r}; use grpo, grpo_no_std, dr_grpo or rloo.")
     return advantages.reshape(-1)
+
+
+def discounted_returns(rewards: Sequence[float], discount: float) -> list[float]:
+    """Each turn's return-to-go: ``G_t = r_t + discount * G_{t+1}`` (GiGPO's Eq. 5)."""
+    returns = [0.0] * len(rewards)
+    running = 0.0
+    for turn in range(len(rewards) - 1, -1, -1):
+        running = rewards[turn] + discount * running
+        returns[turn] = running
+    return returns
+
+
+def anchor_advantages(returns: Sequence[float], anchors: Sequence[Hashable],
+                      method: AdvantageMethod = "grpo") -> list[float]:
+    """GiGPO's turn-level advantage: each turn's return against the other turns taken from the same state.
+
+    ``anchors[i]`` names the state turn ``i`` acted in (its observation); the
+    turns sharing an anchor form a group, and :func:`group_advantages` with
+    ``method`` compares their returns. A turn whose state no other turn saw
+    gets 0: nothing to compare it with. So in a state the policy keeps coming
+    back to (a move that changes nothing, played again and again), the move that
+    broke out and won is pushed up against the ones that stayed, even inside
+    an episode that won overall.
+    """
+    if len(returns) != len(anchors):
+        raise ConfigError(f"{len(returns)} returns but {len(anchors)} anchors: one anchor per turn.")
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for turn, anchor in enumerate(anchors):
+        members[anchor].append(turn)
+    advantages = [0.0] * len(returns)
+    for turns in members.values():
+        if len(turns) < 2:
+            continue
+        values = torch.tensor([returns[t] for t in turns], dtype=torch.float64)
+        for turn, advantage in zip(turns, group_advantages(values, len(turns), method).tolist()):
+            advantages[turn] = advantage
+    return advantages
 
 
 def zero_variance_groups(rewards: torch.Tensor, group_size: int, atol: float = 1e-6) -> torch.Tensor:
@@ -194,7 +239,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     Args:
         logprobs: [B, T] log pi_theta of the sampled tokens (differentiable).
         old_logprobs: [B, T] log pi_old, the trainer's own numbers before this update.
-        advantages: [B] one per sequence (from :func:`group_advantages`).
+        advantages: [B] one per sequence (from :func:`group_advantages`), or [B, T]
+            one per token (GiGPO's turn-level term differs from turn to turn).
         mask: [B, T] 1 on policy-sampled tokens.
         rollout_logprobs: [B, T] what the server reported when sampling; enables
             the importance-sampling correction of ``config.correction``.
@@ -202,7 +248,9 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     """
     mask = mask.to(logprobs.dtype)
     ratio = torch.exp(logprobs - old_logprobs.detach())
-    adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)
+    adv = advantages.detach().to(logprobs.dtype)
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)

@@ -5,7 +5,7 @@ A row is ``prompt_ids + completion_ids``; only completion tokens whose
 padding never do. Each micro-batch carries, besides the model's inputs, a
 ``[S, T]`` view of its S sequences' completion tokens (T the longest
 completion): where each token's logit sits, its target id, its loss mask, the
-server's logprob and the sequence's advantage. So the loss functions of
+server's logprob and its advantage (the episode's, plus its turn's with GiGPO). So the loss functions of
 :mod:`agentgym.trainers.algorithms` see the same ``[B, T]`` shapes whether the
 inputs were padded or packed.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.algorithms import AdvantageMethod, group_advantages
+from agentgym.trainers.algorithms import AdvantageMethod, anchor_advantages, discounted_returns, group_advantages
 
 __all__ = [
     "MicroBatch",
@@ -36,6 +36,10 @@ __all__ = [
     "plan_micro_batches",
     "row_advantages",
     "to_sequences",
+    "token_advantages",
+    "turn_advantages",
+    "turn_observations",
+    "turn_spans",
 ]
 
 
@@ -66,6 +70,113 @@ def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grp
     return [by_episode[row.episode_id] for row in rows]
 
 
+def turn_spans(completion_mask: Sequence[int]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each turn's sampled tokens: the runs of 1 in the mask.
+
+    Env replies (mask 0) always separate two turns, so run k is turn k of the row.
+    """
+    spans = []
+    start = None
+    for index, sampled in enumerate(completion_mask):
+        if sampled and start is None:
+            start = index
+        elif not sampled and start is not None:
+            spans.append((start, index))
+            start = None
+    if start is not None:
+        spans.append((start, len(completion_mask)))
+    return spans
+
+
+def turn_observations(row: TrajectoryRow) -> list[str]:
+    """What the policy had just read before each of its turns: the env's last message."""
+    seen: list[str] = []
+    last = ""
+    for message in row.messages:
+        if message.role == "assistant":
+            seen.append(last)
+        elif message.role == "user":
+            last = message.content
+    return seen
+
+
+def _rows_by_episode(rows: Sequence[TrajectoryRow]) -> dict[str, list[TrajectoryRow]]:
+    episodes: dict[str, list[TrajectoryRow]] = defaultdict(list)
+    for row in rows:
+        episodes[row.episode_id].append(row)
+    return {key: sorted(parts, key=lambda r: r.row_index) for key, parts in episodes.items()}
+
+
+def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo",
+                    discount: float = 0.95) -> dict[str, list[float]]:
+    """GiGPO's turn-level advantage of every turn, by episode id.
+
+    Within a group (as :func:`row_advantages` forms them), the turns taken from
+    the same observation are compared by their discounted return-to-go
+    (:func:`~agentgym.trainers.algorithms.anchor_advantages`). An episode whose
+    turns cannot be matched to its tokens (an error between sampling and
+    stepping leaves a turn with no reward) gets zeros: only its episode-level
+    advantage.
+    """
+    anchors: dict[tuple[str, int, int], list[tuple[str, int, str, float]]] = defaultdict(list)
+    result: dict[str, list[float]] = {}
+    for episode_id, parts in _rows_by_episode(rows).items():
+        first = parts[0]
+        result[episode_id] = [0.0] * len(first.turn_rewards)
+        observations = turn_observations(first)
+        spans = sum(len(turn_spans(part.completion_mask)) for part in parts)
+        if not (len(observations) == spans == len(first.turn_rewards)):
+            continue
+        returns = discounted_returns(first.turn_rewards, discount)
+        for turn, (observation, value) in enumerate(zip(observations, returns)):
+            anchors[_group_key(first)].append((episode_id, turn, observation, value))
+    for members in anchors.values():
+        values = anchor_advantages([m[3] for m in members], [m[2] for m in members], method)
+        for (episode_id, turn, _, _), value in zip(members, values):
+            result[episode_id][turn] = value
+    return result
+
+
+def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo", *,
+                     filter_zero_variance: bool = False, turn_weight: float = 0.0,
+                     turn_discount: float = 0.95) -> list[list[float] | None]:
+    """One advantage per completion token of each row (None: skip the row).
+
+    Every sampled token gets its episode's advantage (:func:`row_advantages`);
+    with ``turn_weight`` > 0, GiGPO's combination: plus ``turn_weight`` times its
+    turn's advantage (:func:`turn_advantages`). Env tokens get 0 (they carry no
+    loss). With ``filter_zero_variance`` a group is skipped only when neither
+    level has anything to teach: equal episode rewards and no turn advantage.
+    """
+    episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance)
+    per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
+    turns_before = _turns_before(rows)
+    rescued: set[tuple[str, int, int]] = set()  # filtered groups with a turn-level signal
+    values: list[list[float]] = []
+    for row, advantage in zip(rows, episode_level):
+        tokens = [0.0] * len(row.completion_ids)
+        turns = per_turn.get(row.episode_id, [])
+        for turn, (start, end) in enumerate(turn_spans(row.completion_mask), turns_before[id(row)]):
+            extra = turn_weight * turns[turn] if turn < len(turns) else 0.0
+            if advantage is None and abs(extra) > 1e-9:
+                rescued.add(_group_key(row))
+            tokens[start:end] = [(advantage or 0.0) + extra] * (end - start)
+        values.append(tokens)
+    return [None if advantage is None and _group_key(row) not in rescued else tokens
+            for row, advantage, tokens in zip(rows, episode_level, values)]
+
+
+def _turns_before(rows: Sequence[TrajectoryRow]) -> dict[int, int]:
+    """For each row (by ``id``), how many turns of its episode its earlier rows hold."""
+    before: dict[int, int] = {}
+    for parts in _rows_by_episode(rows).values():
+        count = 0
+        for part in parts:
+            before[id(part)] = count
+            count += len(turn_spans(part.completion_mask))
+    return before
+
+
 def has_rollout_logprobs(row: TrajectoryRow) -> bool:
     """Whether the row holds the server's logprobs of its sampled tokens.
 
@@ -89,7 +200,8 @@ class TrainSequence:
     rollout_logprobs: list[float]
     """per completion token: the server's logprob (0 where unknown)"""
     has_rollout_logprobs: bool
-    advantage: float
+    advantages: list[float]
+    """per completion token (only the sampled ones matter)"""
 
     @property
     def completion_length(self) -> int:
@@ -100,10 +212,12 @@ class TrainSequence:
         return sum(self.loss_mask)
 
 
-def to_sequences(rows: Sequence[TrajectoryRow], advantages: Sequence[float | None],
+def to_sequences(rows: Sequence[TrajectoryRow], advantages: Sequence[float | Sequence[float] | None],
                  max_length: int | None = None) -> list[TrainSequence]:
     """Sequences of the rows that can teach something.
 
+    ``advantages`` has one entry per row: a number for every token of the row,
+    a list with one per completion token (:func:`token_advantages`), or None.
     Skipped: rows with no advantage (filtered groups), no sampled token, or no
     prompt (nothing predicts their first token). ``max_length`` cuts a longer
     sequence's completion (the cut part carries no loss).
@@ -115,15 +229,17 @@ def to_sequences(rows: Sequence[TrajectoryRow], advantages: Sequence[float | Non
         completion = list(row.completion_ids)
         mask = [int(m) for m in row.completion_mask]
         logprobs = [float(x) for x in row.logprobs] or [0.0] * len(completion)
+        per_token = ([float(advantage)] * len(completion) if isinstance(advantage, (int, float))
+                     else [float(x) for x in advantage])
         if max_length is not None and len(row.prompt_ids) + len(completion) > max_length:
             keep = max(max_length - len(row.prompt_ids), 0)
-            completion, mask, logprobs = completion[:keep], mask[:keep], logprobs[:keep]
+            completion, mask, logprobs, per_token = completion[:keep], mask[:keep], logprobs[:keep], per_token[:keep]
             if not any(mask):
                 continue
         sequences.append(TrainSequence(
             input_ids=list(row.prompt_ids) + completion, prompt_length=len(row.prompt_ids),
             loss_mask=mask, rollout_logprobs=logprobs, has_rollout_logprobs=has_rollout_logprobs(row),
-            advantage=float(advantage)))
+            advantages=per_token))
     return sequences
 
 
@@ -177,7 +293,7 @@ class MicroBatch:
     has_rollout_logprobs: torch.Tensor
     """[S] bool"""
     advantages: torch.Tensor
-    """[S]"""
+    """[S, T] per completion token"""
 
     @property
     def num_sequences(self) -> int:
@@ -253,6 +369,7 @@ def collate(sequences: Sequence[TrainSequence], *, pack: bool, pad_id: int = 0) 
     target_ids = torch.zeros(shape, dtype=torch.long)
     loss_mask = torch.zeros(shape, dtype=torch.float32)
     rollout = torch.zeros(shape, dtype=torch.float32)
+    advantages = torch.zeros(shape, dtype=torch.float32)
     for s, (sequence, (r, start)) in enumerate(zip(sequences, places)):
         n = sequence.completion_length
         first = start + sequence.prompt_length - 1
@@ -260,10 +377,11 @@ def collate(sequences: Sequence[TrainSequence], *, pack: bool, pad_id: int = 0) 
         target_ids[s, :n] = torch.tensor(sequence.input_ids[sequence.prompt_length:])
         loss_mask[s, :n] = torch.tensor(sequence.loss_mask, dtype=torch.float32)
         rollout[s, :n] = torch.tensor(sequence.rollout_logprobs, dtype=torch.float32)
+        advantages[s, :n] = torch.tensor(sequence.advantages, dtype=torch.float32)
     return MicroBatch(
         input_ids=input_ids, position_ids=position_ids, attention_mask=None if pack else attention_mask,
         segment_ids=segment_ids,
         keep=torch.tensor(needed, dtype=torch.long), token_index=token_index, target_ids=target_ids,
         loss_mask=loss_mask, rollout_logprobs=rollout,
         has_rollout_logprobs=torch.tensor([s.has_rollout_logprobs for s in sequences]),
-        advantages=torch.tensor([s.advantage for s in sequences], dtype=torch.float32))
+        advantages=advantages)

@@ -133,6 +133,12 @@ class TrainConfig:
     """Group advantage: grpo, grpo_no_std, dr_grpo or rloo."""
     filter_zero_variance: bool = True
     """Skip groups whose rewards are all equal (zero advantage: they only cost compute)."""
+    turn_advantage_weight: float = 0.0
+    """GiGPO (Feng et al. 2025): above 0, each turn's tokens also get this times the turn's own
+    advantage, its discounted return against the other turns of the group that acted on the same
+    observation. Credit for multi-turn envs where one move decides the episode (0: episode level only)."""
+    turn_discount: float = 0.95
+    """Discount of the return-to-go the turn-level advantage compares."""
     clip_low: float = 0.2
     """PPO clip below 1."""
     clip_high: float = 0.28
@@ -255,7 +261,8 @@ class TrainConfig:
             check_number("format_warmup_lr", self.format_warmup_lr, minimum=0.0, integer=False)
         for name in ("top_p", "lora_dropout", "min_lr_ratio"):
             check_number(name, getattr(self, name), minimum=0.0, maximum=1.0, integer=False)
-        for name in ("weight_decay", "max_grad_norm"):
+        check_number("turn_discount", self.turn_discount, minimum=0.0, maximum=1.0, integer=False)
+        for name in ("weight_decay", "max_grad_norm", "turn_advantage_weight"):
             check_number(name, getattr(self, name), minimum=0.0, integer=False)
         if len(self.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in self.adam_betas):
             raise ConfigError(f"adam_betas must be two numbers in [0, 1), got {self.adam_betas!r}.")

@@ -13,9 +13,11 @@ How TRL is driven (one training step = one TRL generation batch):
   env's replies between them), ``logprobs`` (the server's), ``env_mask``
   (= ``completion_mask``: only sampled tokens carry loss) and ``env_reward``,
   which the reward function :func:`episode_reward` reads back.
-- Advantages: :func:`agentgym.trainers.batch.row_advantages` (the shared
-  ``group_advantages``), as in the fsdp backend, replace TRL's; groups whose
-  rewards are all equal are masked out with ``filter_zero_variance``.
+- Advantages: :func:`agentgym.trainers.batch.token_advantages` (the shared
+  ``group_advantages``, and GiGPO's turn-level term when
+  ``turn_advantage_weight`` is set), as in the fsdp backend, replace TRL's,
+  one per completion token; groups with nothing to teach are masked out with
+  ``filter_zero_variance``.
 - Loss: :func:`agentgym.trainers.algorithms.policy_loss` (clip, importance
   correction against the server's logprobs, k3 KL) replaces TRL's
   ``_compute_loss``. TRL does the rest: logprobs, old and reference logprobs,
@@ -50,7 +52,7 @@ from trl import GRPOConfig, GRPOTrainer
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.algorithms import masked_mean, policy_loss
-from agentgym.trainers.batch import has_rollout_logprobs, row_advantages
+from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
 from agentgym.trainers.sft import lr_schedule_args, quiet_trl, without_printer
@@ -258,18 +260,21 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         with quiet_trl():
             return super().train(*args, **kwargs)
 
-    def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> list[float | None]:
-        """One advantage per episode, relative to its group (None: the group is filtered out)."""
-        return row_advantages(rows, self.agentgym_config.advantage,
-                              filter_zero_variance=self.agentgym_config.filter_zero_variance)
+    def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> list[list[float] | None]:
+        """One advantage per completion token of each episode (None: the group is filtered out)."""
+        config = self.agentgym_config
+        return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
+                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)
         rows = self.rollout.rows
         advantages = self.compute_advantages(rows)
         device = output["completion_ids"].device
+        width = output["completion_ids"].shape[1]
         keep = torch.tensor([a is not None for a in advantages], device=device)
-        output["advantages"] = torch.tensor([a or 0.0 for a in advantages], device=device)
+        output["advantages"] = torch.tensor([((a or [])[:width] + [0.0] * width)[:width] for a in advantages],
+                                            device=device)
         mask = output.get("tool_mask", torch.ones_like(output["completion_mask"])) * keep[:, None]
         output["tool_mask"] = mask
         output["num_items_in_batch"] = (output["completion_mask"] * mask).sum()

@@ -1,13 +1,18 @@
-"""Fixtures of the trainer tests: the tiny model's renderer and hand-made trajectory rows."""
+"""Fixtures of the trainer tests: the tiny model's renderer, hand-made trajectory rows, and real
+multi-turn Sokoban rows in which some turns change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.experts import expert_policy
+from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter
 
@@ -59,3 +64,54 @@ def write_groups(make_row: RowFactory) -> GroupsWriter:
         return path
 
     return write
+
+
+STALL = "<answer>Jump</answer>"  # not a move: the turn changes nothing and costs the format penalty
+
+
+class _StallThenSolve:
+    """Member ``m`` of a group writes ``stalls[m]`` unreadable answers, then plays the solver's moves."""
+
+    def __init__(self, stalls: list[int]) -> None:
+        self.stalls = stalls
+
+    def for_episode(self, seed: int, member: int) -> Any:  # the manager's per-episode hook
+        del seed
+        return _Stalling(self.stalls[member])
+
+
+class _Stalling:
+    def __init__(self, stalls: int) -> None:
+        self.stalls = stalls
+        self.solver = expert_policy("Sokoban-LLM-v0")
+
+    def act(self, observation: str, env: Any) -> str:
+        if self.stalls > 0:
+            self.stalls -= 1
+            return STALL
+        return self.solver.act(observation, env)
+
+
+StallRollout = Callable[..., list[TrajectoryRow]]
+
+
+@pytest.fixture(scope="session")
+def stall_rollout(tiny_renderer: ChatRenderer) -> StallRollout:
+    """One group of real Sokoban episodes (8 turns at most); member ``m`` first stalls ``stalls[m]`` turns."""
+
+    def play(stalls: list[int], seed: int = 11) -> list[TrajectoryRow]:
+        config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=len(stalls), group_size=len(stalls),
+                               max_turns=8, seed=seed)
+        rows = asyncio.run(EnvManager(config, _StallThenSolve(stalls), renderer=tiny_renderer).run())
+        return sorted(rows, key=lambda row: row.index_in_group)
+
+    return play
+
+
+@pytest.fixture(scope="session")
+def stall_rows(stall_rollout: StallRollout) -> list[TrajectoryRow]:
+    """A real group on one level: the solver; two stalls, then the solver; stalls until the turn limit."""
+    rows = stall_rollout([0, 2, 99])
+    assert [row.success for row in rows] == [True, True, False]
+    assert rows[1].num_turns == rows[0].num_turns + 2 and rows[2].num_turns == 8
+    return rows

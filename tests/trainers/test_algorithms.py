@@ -10,6 +10,8 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.trainers.algorithms import (
     LossConfig,
+    anchor_advantages,
+    discounted_returns,
     group_advantages,
     importance_weights,
     kl_k3,
@@ -53,6 +55,37 @@ def test_rewards_must_come_in_whole_groups() -> None:
 
 def test_zero_variance_groups_are_flagged_per_sequence() -> None:
     assert zero_variance_groups(REWARDS, 4).tolist() == [False] * 4 + [True] * 4
+
+
+def test_discounted_returns_run_back_from_the_last_turn() -> None:
+    assert discounted_returns([-0.1, -0.1, 10.0], 0.5) == pytest.approx([-0.1 - 0.05 + 2.5, -0.1 + 5.0, 10.0])
+    assert discounted_returns([1.0, 2.0], 1.0) == pytest.approx([3.0, 2.0])
+    assert discounted_returns([], 0.95) == []
+
+
+def test_anchor_advantages_compare_only_turns_from_the_same_state() -> None:
+    # Turns 0, 1 and 3 acted in state "a"; turn 2 alone in "b"; turns 4 and 5 in "c" with equal returns.
+    returns = [3.0, 1.0, 7.0, 2.0, 5.0, 5.0]
+    anchors = ["a", "a", "b", "a", "c", "c"]
+    assert anchor_advantages(returns, anchors, "dr_grpo") == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.0])
+    scaled = anchor_advantages(returns, anchors, "grpo")  # the state's sample std is 1
+    assert scaled == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.0], rel=1e-3)
+    with pytest.raises(ConfigError, match="one anchor per turn"):
+        anchor_advantages([1.0], ["a", "b"])
+
+
+def test_per_token_advantages_weight_each_token_alone() -> None:
+    logprobs = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    mask = torch.ones(1, 3)
+    per_token = torch.tensor([[2.0, 0.0, -1.0]])
+    loss = policy_loss(logprobs, logprobs.detach(), per_token, mask).loss
+    loss.backward()
+    # On policy the ratio is 1: d(loss)/d(logprob) = -advantage / tokens, token by token.
+    assert logprobs.grad[0].tolist() == pytest.approx([-2.0 / 3, 0.0, 1.0 / 3])
+    # A sequence's advantage given per sequence or repeated per token is the same loss.
+    same = policy_loss(logprobs, logprobs.detach(), torch.tensor([1.5]), mask).loss
+    repeated = policy_loss(logprobs, logprobs.detach(), torch.full((1, 3), 1.5), mask).loss
+    assert float(same.detach()) == pytest.approx(float(repeated.detach()))
 
 
 def test_masked_mean_ignores_masked_tokens_and_never_divides_by_zero() -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-
 import pytest
 import torch
 
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.algorithms import discounted_returns
 from agentgym.trainers.batch import (
     TrainSequence,
     collate,
@@ -15,7 +16,12 @@ from agentgym.trainers.batch import (
     plan_micro_batches,
     row_advantages,
     to_sequences,
+    token_advantages,
+    turn_advantages,
+    turn_observations,
+    turn_spans,
 )
+from trainer_helpers import with_turn_rewards
 
 
 def test_advantages_are_relative_to_the_group(make_row) -> None:
@@ -59,7 +65,7 @@ def test_sequences_skip_rows_that_cannot_teach(make_row) -> None:
     (sequence,) = sequences
     assert sequence.input_ids == good.prompt_ids + good.completion_ids
     assert sequence.loss_mask == good.completion_mask  # env tokens (mask 0) carry no loss
-    assert sequence.has_rollout_logprobs and sequence.advantage == 1.0
+    assert sequence.has_rollout_logprobs and sequence.advantages == [1.0] * len(good.completion_ids)
 
 
 def test_sequences_are_cut_to_the_max_length(make_row) -> None:
@@ -68,6 +74,91 @@ def test_sequences_are_cut_to_the_max_length(make_row) -> None:
     (sequence,) = to_sequences([row], [1.0], max_length=len(row.prompt_ids) + keep)
     assert sequence.completion_length == keep and len(sequence.loss_mask) == keep
     assert to_sequences([row], [1.0], max_length=len(row.prompt_ids)) == []
+
+
+def test_turn_spans_are_the_runs_of_sampled_tokens() -> None:
+    assert turn_spans([1, 1, 0, 0, 1, 0, 1, 1]) == [(0, 2), (4, 5), (6, 8)]
+    assert turn_spans([0, 0]) == [] and turn_spans([]) == []
+
+
+def _sampled(row: TrajectoryRow, values: list[float]) -> list[list[float]]:
+    """Each turn's advantages, from a row's per-token list."""
+    return [values[start:end] for start, end in turn_spans(row.completion_mask)]
+
+
+def test_without_turn_weight_every_sampled_token_gets_its_episodes_advantage(stall_rows) -> None:
+    per_episode = row_advantages(stall_rows, "grpo")
+    for row, advantage, tokens in zip(stall_rows, per_episode, token_advantages(stall_rows, "grpo")):
+        assert tokens == [advantage if sampled else 0.0 for sampled in row.completion_mask]
+
+
+def test_turns_from_the_same_observation_are_compared_by_their_return(stall_rows) -> None:
+    solver, late, stuck = stall_rows
+    assert turn_observations(solver)[0] == turn_observations(late)[0] == turn_observations(stuck)[0]
+    assert turn_observations(late)[1] == turn_observations(late)[2] == turn_observations(stuck)[1]  # after a stall
+    turns = turn_advantages(stall_rows, "dr_grpo", discount=0.9)
+    # The first turn: all three acted on the level as dealt; dr_grpo centres their returns.
+    first = [discounted_returns(row.turn_rewards, 0.9)[0] for row in stall_rows]
+    mean = sum(first) / 3
+    assert [turns[row.episode_id][0] for row in stall_rows] == pytest.approx([r - mean for r in first])
+    assert turns[solver.episode_id][0] > turns[late.episode_id][0] > turns[stuck.episode_id][0]
+    # After a stall: the move that left it (the late episode's turn 2) beats staying (its turn 1),
+    # and both beat the stuck episode's stalls, which never left.
+    late_turns = turns[late.episode_id]
+    assert late_turns[2] > late_turns[1] > max(turns[stuck.episode_id][1:])
+    # States only one turn reached (the solver's path after its first move) have nothing to compare.
+    assert turns[solver.episode_id][1:] == [0.0] * (solver.num_turns - 1)
+
+
+def test_gigpo_tokens_add_their_turns_advantage_to_the_episodes(stall_rows) -> None:
+    episode = row_advantages(stall_rows, "grpo")
+    turns = turn_advantages(stall_rows, "grpo", discount=0.95)
+    combined = token_advantages(stall_rows, "grpo", turn_weight=0.5, turn_discount=0.95)
+    for row, advantage, tokens in zip(stall_rows, episode, combined):
+        assert tokens is not None and len(tokens) == len(row.completion_ids)
+        for turn, values in enumerate(_sampled(row, tokens)):
+            assert values == pytest.approx([advantage + 0.5 * turns[row.episode_id][turn]] * len(values))
+        assert all(value == 0.0 for value, sampled in zip(tokens, row.completion_mask) if not sampled)
+    # Episode level alone, the late episode's stall and its way out are credited alike;
+    # with the turn level, leaving the stall is worth more than staying in it.
+    late = _sampled(stall_rows[1], combined[1])
+    assert late[2][0] > late[1][0]
+
+
+def test_an_episode_split_into_rows_keeps_its_turns_in_order(stall_rows) -> None:
+    late = stall_rows[1]
+    cut = turn_spans(late.completion_mask)[2][0]  # the second row starts at turn 2
+    head = late.model_copy(update={"completion_ids": late.completion_ids[:cut],
+                                   "completion_mask": late.completion_mask[:cut], "logprobs": late.logprobs[:cut]})
+    tail = late.model_copy(update={
+        "row_index": 1, "prompt_ids": late.prompt_ids + late.completion_ids[:cut],
+        "completion_ids": late.completion_ids[cut:], "completion_mask": late.completion_mask[cut:],
+        "logprobs": late.logprobs[cut:]})
+    whole = token_advantages(stall_rows, "grpo", turn_weight=1.0)[1]
+    split = token_advantages([stall_rows[0], head, tail, stall_rows[2]], "grpo", turn_weight=1.0)
+    assert split[1] + split[2] == whole
+
+
+def test_an_episode_whose_turns_do_not_match_its_tokens_gets_its_episode_advantage(stall_rows) -> None:
+    broken = stall_rows[1].model_copy(update={"turn_rewards": stall_rows[1].turn_rewards[:-1]})
+    rows = [stall_rows[0], broken, stall_rows[2]]
+    assert turn_advantages(rows)[broken.episode_id] == [0.0] * (broken.num_turns - 1)
+    episode = row_advantages(rows, "grpo")[1]
+    tokens = token_advantages(rows, "grpo", turn_weight=1.0)[1]
+    assert {value for value, sampled in zip(tokens, broken.completion_mask) if sampled} == {episode}
+
+
+def test_groups_with_nothing_to_teach_are_skipped_at_both_levels(stall_rollout) -> None:
+    same = stall_rollout([0, 0], seed=12)  # two identical solver episodes
+    assert token_advantages(same, filter_zero_variance=True) == [None, None]
+    assert token_advantages(same, filter_zero_variance=True, turn_weight=1.0) == [None, None]
+    # Equal episode rewards, but one episode reached the reward sooner: the turn level still teaches.
+    sooner = [with_turn_rewards(same[0], [1.0, 0.0]), with_turn_rewards(same[1], [0.0, 1.0])]
+    assert token_advantages(sooner, filter_zero_variance=True) == [None, None]
+    kept = token_advantages(sooner, "dr_grpo", filter_zero_variance=True, turn_weight=1.0, turn_discount=0.5)
+    assert kept[0] is not None and kept[1] is not None
+    first_turn = [_sampled(row, tokens)[0][0] for row, tokens in zip(sooner, kept)]
+    assert first_turn == pytest.approx([0.25, -0.25])  # returns 1 and 0.5 against their mean
 
 
 def test_packing_fills_bins_without_overflow() -> None:
@@ -109,7 +200,7 @@ def test_packed_and_padded_logprobs_match_each_sequence_alone(tiny_model: str, p
     sequences = []
     for prompt, completion in [(5, 3), (9, 6), (4, 2), (7, 1)]:
         ids = torch.randint(0, 1000, (prompt + completion,), generator=generator).tolist()
-        sequences.append(TrainSequence(ids, prompt, [1] * completion, [0.0] * completion, False, 1.0))
+        sequences.append(TrainSequence(ids, prompt, [1] * completion, [0.0] * completion, False, [1.0] * completion))
     batch = collate(sequences, pack=pack, pad_id=0)
     assert batch.input_ids.shape[0] == (1 if pack else len(sequences))
     trainer = FSDPTrainer.__new__(FSDPTrainer)  # only compute_logprobs is used: no optimiser needed

@@ -12,6 +12,7 @@ import torch
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp import FSDPTrainer
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from trainer_helpers import with_turn_rewards
 
 BASE = TrainConfig(env_id="Bandit-LLM-v0", group_size=4, episodes_per_step=8, lr=1e-3, seed=0,
                    lr_schedule="constant", pack_sequences=False, micro_batch_size=8)
@@ -53,6 +54,38 @@ def test_a_step_makes_the_better_answer_likelier(make_row) -> None:
     assert metrics["train_sequences"] == 8 and metrics["grad_norm"] > 0
     assert metrics["loss_tokens"] == sum(sum(r.completion_mask) for r in _rows(make_row))
     assert 0.0 <= metrics["clip_fraction"] <= 1.0 and metrics["entropy"] > 0
+
+
+def _turn_logprobs(trainer: FSDPTrainer, row) -> list[float]:
+    """The summed logprob of each turn's sampled tokens."""
+    from agentgym.trainers.batch import collate, to_sequences, turn_spans
+
+    batch = collate(to_sequences([row], [1.0]), pack=False)
+    with torch.no_grad():
+        logprobs, _ = trainer.compute_logprobs(trainer.model, batch)
+    return [float(logprobs[0, start:end].sum()) for start, end in turn_spans(row.completion_mask)]
+
+
+def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) -> None:
+    """Equal episode rewards, but the solver's episode was paid a turn sooner than the one that
+    stalled: GRPO skips the group; GiGPO makes the solver's first move likelier than the stall,
+    at the level both read first."""
+    rows = [with_turn_rewards(stall_rows[0], [1.0, 0.0]), with_turn_rewards(stall_rows[1], [0.0, 1.0])]
+
+    def preference(trainer: FSDPTrainer) -> float:
+        return _turn_logprobs(trainer, rows[0])[0] - _turn_logprobs(trainer, rows[1])[0]
+
+    flat = _trainer(advantage="dr_grpo")
+    before = _params(flat)
+    assert flat.train_step(rows)["train_sequences"] == 0
+    assert all(torch.equal(before[name], value) for name, value in _params(flat).items())
+
+    gigpo = _trainer(advantage="dr_grpo", turn_advantage_weight=1.0, turn_discount=0.5)
+    start = preference(gigpo)
+    for _ in range(3):
+        metrics = gigpo.train_step(rows)
+    assert metrics["train_sequences"] == 2
+    assert preference(gigpo) > start + 1.0
 
 
 def test_zero_variance_groups_teach_nothing(make_row) -> None:

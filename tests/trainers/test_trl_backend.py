@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.batch import row_advantages
+from agentgym.trainers.batch import row_advantages, token_advantages
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
 from agentgym.trainers.sft import load_model_and_tokenizer
@@ -76,10 +77,11 @@ def test_fixed_rows_get_shared_advantages_and_env_tokens_carry_no_loss(tiny_mode
     output = trainer._generate_and_score_completions([{"prompt": "x"} for _ in rows])
 
     expected = row_advantages(rows, "grpo", filter_zero_variance=True)
-    assert output["advantages"].tolist() == pytest.approx([a or 0.0 for a in expected], abs=1e-6)
     for i, row in enumerate(rows):
         keep = expected[i] is not None
         width = len(row.completion_ids)
+        sampled = output["advantages"][i, :width][torch.tensor(row.completion_mask, dtype=torch.bool)]
+        assert sampled.tolist() == pytest.approx([expected[i] or 0.0] * int(sampled.numel()), abs=1e-6)
         assert output["tool_mask"][i, :width].tolist() == [m * keep for m in row.completion_mask]
         assert output["completion_ids"][i, :width].tolist() == row.completion_ids
     assert not output["has_rollout_logprobs"].any()  # a model-free policy: no server logprobs
@@ -88,6 +90,25 @@ def test_fixed_rows_get_shared_advantages_and_env_tokens_carry_no_loss(tiny_mode
     assert timing["steps"] == 1 and timing["train_tokens"] == sum(
         len(r.prompt_ids) + len(r.completion_ids) for r in rows)
     assert timing["train_tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_turn_level_advantages_reach_trl_token_by_token(tiny_model: str, tmp_path: Path, stall_rows) -> None:
+    model, tokenizer = load_model_and_tokenizer(tiny_model)
+    config = TrainConfig(env_id="Sokoban-LLM-v0", backend="trl", steps=1, episodes_per_step=3, group_size=3,
+                         micro_batch_size=3, advantage="dr_grpo", turn_advantage_weight=1.0, out=str(tmp_path))
+    trainer = AgentGymGRPOTrainer(config, model, tokenizer, FixedRollout(stall_rows, tokenizer.eos_token_id),
+                                  args=grpo_args(config, tmp_path / "trl"))
+    model.train()
+    output = trainer._generate_and_score_completions([{"prompt": "x"} for _ in stall_rows])
+    expected = token_advantages(stall_rows, "dr_grpo", turn_weight=1.0)
+    assert output["advantages"].shape == output["completion_ids"].shape
+    for i, row in enumerate(stall_rows):
+        width = len(row.completion_ids)
+        assert output["advantages"][i, :width].tolist() == pytest.approx(expected[i], abs=1e-5)
+        assert not output["advantages"][i, width:].any()  # padding
+    trained = trl_train_on_rows(config, stall_rows, steps=2)  # TRL's own loop shuffles and splits them
+    assert trained["steps"] == 1 and math.isfinite(trained["loss"])
 
 
 @pytest.mark.slow

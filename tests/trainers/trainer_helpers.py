@@ -1,4 +1,5 @@
-"""What the trainer tests share: a model nudged away from the served one, and greedy decoding on both sides."""
+"""What the trainer tests share: a model nudged away from the served one, greedy decoding on both sides,
+and real rows cut to two turns."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from typing import Any
 
 import openai
 import torch
+
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.batch import turn_spans
 
 #: Fixed token-id prompts (ids of the tiny vocabulary) and how much to decode of each.
 PROMPTS = [[1, 5, 6, 7], [1, 40, 41, 42, 43, 44], [1, 300, 200, 100, 9], [1, 77], [2, 9, 500, 8]]
@@ -54,3 +58,12 @@ def server_greedy(base_url: str, model_name: str, prompt: list[int]) -> tuple[li
 
 def all_greedy(base_url: str, model_name: str) -> list[list[int]]:
     return [server_greedy(base_url, model_name, prompt)[0] for prompt in PROMPTS]
+
+
+def with_turn_rewards(row: TrajectoryRow, rewards: list[float]) -> TrajectoryRow:
+    """The row's first two turns, paid ``rewards``: a two-turn episode, whatever it played."""
+    cut = turn_spans(row.completion_mask)[1][1]
+    messages = row.messages[:5]  # system, level, turn 0, reply, turn 1
+    return row.model_copy(update={"completion_ids": row.completion_ids[:cut], "logprobs": row.logprobs[:cut],
+                                  "completion_mask": row.completion_mask[:cut], "turn_rewards": rewards,
+                                  "reward": sum(rewards), "num_turns": 2, "messages": messages})

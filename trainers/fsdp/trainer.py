@@ -2,8 +2,9 @@
 
 One :meth:`FSDPTrainer.train_step` takes a step's trajectory rows and:
 
-1. :meth:`compute_advantages`: group-relative, one per row (zero-variance
-   groups skipped when configured);
+1. :meth:`compute_advantages`: group-relative, one per completion token of
+   each row (the episode's; with ``turn_advantage_weight``, plus its turn's:
+   GiGPO), zero-variance groups skipped when configured;
 2. turns the rows into sequences, deals them out over the ranks, shuffles
    and splits the whole step into ``mini_batches`` (one optimiser step each;
    a rank trains on its own sequences of each) and a rank's part into packed
@@ -39,8 +40,8 @@ from agentgym.trainers.batch import (
     collate,
     packed_attention_mask,
     plan_micro_batches,
-    row_advantages,
     to_sequences,
+    token_advantages,
 )
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce, full_state_dict, init_distributed, shard_model
@@ -147,10 +148,11 @@ class FSDPTrainer:
 
     # -- the pieces of a step -------------------------------------------------------
 
-    def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> list[float | None]:
-        """One advantage per row (None: skip it)."""
-        return row_advantages(rows, self.config.advantage,
-                              filter_zero_variance=self.config.filter_zero_variance)
+    def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> list[list[float] | None]:
+        """One advantage per completion token of each row (None: skip the row)."""
+        config = self.config
+        return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
+                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount)
 
     def compute_logprobs(self, model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -272,7 +274,7 @@ class FSDPTrainer:
         # FSDP: every rank must run as many forward/backward passes as the busiest one.
         count = int(all_reduce(torch.tensor(len(groups)), self.dist, op="max").item())
         empty = TrainSequence(input_ids=[self.pad_id, self.pad_id], prompt_length=1, loss_mask=[0],
-                              rollout_logprobs=[0.0], has_rollout_logprobs=False, advantage=0.0)
+                              rollout_logprobs=[0.0], has_rollout_logprobs=False, advantages=[0.0])
         return groups + [[empty]] * (count - len(groups))
 
     def _optimizer_step(self, mini: list[TrainSequence], stats: StepStats, *, sft: bool = False,
@@ -353,7 +355,7 @@ class FSDPTrainer:
         self.optimizer_steps += 1
         return float(norm)
 
-    def _metrics(self, stats: StepStats, rows: Sequence[TrajectoryRow], advantages: list[float | None],
+    def _metrics(self, stats: StepStats, rows: Sequence[TrajectoryRow], advantages: Sequence[object],
                  sequences: list[TrainSequence], seconds: float) -> dict[str, float]:
         weighted = stats.weighted or {}
         totals = torch.tensor([stats.tokens, stats.model_tokens, *(weighted.get(k, 0.0) for k in _WEIGHTED)],
