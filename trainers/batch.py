@@ -38,6 +38,7 @@ __all__ = [
     "to_sequences",
     "token_advantages",
     "turn_advantages",
+    "turn_credit_share",
     "turn_observations",
     "turn_spans",
 ]
@@ -135,6 +136,16 @@ def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "gr
         for (episode_id, turn, _, _), value in zip(members, values):
             result[episode_id][turn] = value
     return result
+
+
+def turn_credit_share(per_turn: dict[str, list[float]]) -> float:
+    """The share of turns with a turn-level advantage (:func:`turn_advantages`) other than 0.
+
+    How much of a step GiGPO reaches: a turn gets credit of its own only when
+    another turn of its group acted on the same observation and fared differently.
+    """
+    turns = [value for values in per_turn.values() for value in values]
+    return sum(abs(value) > 1e-9 for value in turns) / max(len(turns), 1)
 
 
 def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo", *,

@@ -18,6 +18,7 @@ from agentgym.trainers.batch import (
     to_sequences,
     token_advantages,
     turn_advantages,
+    turn_credit_share,
     turn_observations,
     turn_spans,
 )
@@ -108,6 +109,17 @@ def test_turns_from_the_same_observation_are_compared_by_their_return(stall_rows
     assert late_turns[2] > late_turns[1] > max(turns[stuck.episode_id][1:])
     # States only one turn reached (the solver's path after its first move) have nothing to compare.
     assert turns[solver.episode_id][1:] == [0.0] * (solver.num_turns - 1)
+
+
+def test_the_credit_share_counts_the_turns_that_had_a_state_to_share(stall_rows) -> None:
+    solver, late, stuck = stall_rows
+    turns = turn_advantages(stall_rows, "dr_grpo", discount=0.9)
+    # Credited: every first turn, the late episode's stalls and way out, the stuck one's stalls.
+    # Not: the solver's path after its first move, which the late episode walked too with the
+    # same future (same state, same return: nothing to tell apart).
+    credited = 3 + 2 + (stuck.num_turns - 1)
+    assert turn_credit_share(turns) == pytest.approx(credited / (solver.num_turns + late.num_turns + stuck.num_turns))
+    assert turn_credit_share({}) == 0.0
 
 
 def test_gigpo_tokens_add_their_turns_advantage_to_the_episodes(stall_rows) -> None:

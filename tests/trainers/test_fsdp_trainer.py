@@ -84,7 +84,7 @@ def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) 
     start = preference(gigpo)
     for _ in range(3):
         metrics = gigpo.train_step(rows)
-    assert metrics["train_sequences"] == 2
+    assert metrics["train_sequences"] == 2 and metrics["turn_credit_share"] > 0
     assert preference(gigpo) > start + 1.0
 
 

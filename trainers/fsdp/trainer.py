@@ -42,6 +42,8 @@ from agentgym.trainers.batch import (
     plan_micro_batches,
     to_sequences,
     token_advantages,
+    turn_advantages,
+    turn_credit_share,
 )
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce, full_state_dict, init_distributed, shard_model
@@ -225,7 +227,11 @@ class FSDPTrainer:
             for mini in self._split([sequences[i] for i in order], self.config.mini_batches):
                 self._optimizer_step([s for s in mini if id(s) in mine], stats)
         self.version += 1
-        return self._metrics(stats, rows, advantages, sequences, time.perf_counter() - start)
+        metrics = self._metrics(stats, rows, advantages, sequences, time.perf_counter() - start)
+        if self.config.turn_advantage_weight > 0:
+            per_turn = turn_advantages(rows, self.config.advantage, self.config.turn_discount)
+            metrics["turn_credit_share"] = turn_credit_share(per_turn)
+        return metrics
 
     def sft_step(self, rows: Sequence[TrajectoryRow], lr: float | None = None) -> dict[str, float]:
         """One optimiser step of supervised fine-tuning on the rows' sampled tokens (all of them).
