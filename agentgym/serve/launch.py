@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import http.client
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -33,8 +35,12 @@ __all__ = [
     "default_torch_threads",
     "free_port",
     "serve_builtin",
+    "stop_when_parent_exits",
     "wait_for_health",
 ]
+
+#: Set by BuiltinServer in its child's environment: the pid whose exit ends the server.
+PARENT_PID_ENV = "AGENTGYM_SERVER_PARENT_PID"
 
 _LOOPBACK = "127.0.0.1"
 #: urllib without proxies: requests to our own loopback servers never go through one.
@@ -46,6 +52,25 @@ def free_port(host: str = _LOOPBACK) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def stop_when_parent_exits(parent_pid: int, poll_seconds: float = 1.0) -> threading.Thread:
+    """Send this process SIGTERM (a graceful shutdown) once ``parent_pid`` is no longer its parent.
+
+    A trainer killed by SIGTERM or SIGKILL runs no cleanup, and its built-in server
+    would otherwise live on, holding a port and gigabytes of memory. When the parent
+    dies the child is re-parented, so ``os.getppid()`` changes: polling it works on
+    every POSIX system, unlike Linux's PR_SET_PDEATHSIG, which also needs a
+    ``preexec_fn`` that is unsafe in a threaded parent.
+    """
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="stop-when-parent-exits", daemon=True)
+    thread.start()
+    return thread
 
 
 def default_torch_threads() -> int:
@@ -135,7 +160,8 @@ class BuiltinServer:
         # A file, not a pipe (a full pipe would block the child); closed in stop().
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL,
+                                        env={**os.environ, PARENT_PID_ENV: str(os.getpid())})
         try:
             wait_for_health(f"{self.url}/health", self.startup_timeout, self.process)
         except ServerStartError as exc:

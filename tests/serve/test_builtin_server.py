@@ -253,3 +253,39 @@ def test_the_serve_command_checks_its_port() -> None:
     result = CliRunner().invoke(app, ["serve", "--model", "tiny", "--port", "0"])
     assert result.exit_code == 2
     assert "--port must be between 1 and 65535, got 0." in result.output
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie nobody reaped has stopped running)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_the_built_in_server_stops_when_its_parent_is_killed(tiny_model: str) -> None:
+    """A trainer killed with SIGKILL runs no cleanup; its server must not live on."""
+    import subprocess
+    import sys
+
+    with subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from agentgym.serve.launch import BuiltinServer\n"
+         f"server = BuiltinServer({tiny_model!r}).start()\n"
+         "print(server.process.pid, flush=True)\n"
+         "time.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True) as parent:
+        try:
+            server_pid = int(parent.stdout.readline())
+            assert _running(server_pid)
+            parent.kill()
+            parent.wait(TIMEOUT_S)
+            deadline = time.monotonic() + TIMEOUT_S
+            while _running(server_pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not _running(server_pid)
+        finally:
+            parent.kill()
