@@ -117,6 +117,7 @@ class DecodeBatch:
         self.top_p = torch.ones(0, device=device)
         self.reshapable = True
         self._keep_arg = False
+        self._cache_arg = "past_key_values"
         self.use(model)
 
     def __len__(self) -> int:
@@ -125,7 +126,10 @@ class DecodeBatch:
     def use(self, model: torch.nn.Module) -> None:
         """Decode with ``model`` from now on (only switched while the batch is empty)."""
         self.model = model
-        self._keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
+        parameters = inspect.signature(model.forward).parameters
+        self._keep_arg = "logits_to_keep" in parameters
+        # transformers 5.24 renamed past_key_values to cache (the old name warns, and goes in 5.40).
+        self._cache_arg = "cache" if "cache" in parameters else "past_key_values"
 
     @property
     def width(self) -> int:
@@ -145,7 +149,7 @@ class DecodeBatch:
         cache = DynamicCache()
         extra = {"logits_to_keep": 1} if self._keep_arg else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, **extra)
+                         use_cache=True, **{self._cache_arg: cache}, **extra)
         self.reshapable = self.reshapable and kv.can_reshape(cache)
         self.cache, self.mask = kv.join(self.cache, self.mask, cache, mask)
         self._append_rows(new, mask.sum(dim=1))
@@ -168,8 +172,7 @@ class DecodeBatch:
         ones = self.mask.new_ones((len(self.rows), 1))
         mask = torch.cat([self.mask, ones], dim=1)
         out = self.model(input_ids=self.last.unsqueeze(1), attention_mask=mask,
-                         position_ids=self.lengths.unsqueeze(1), past_key_values=self.cache,
-                         use_cache=True)
+                         position_ids=self.lengths.unsqueeze(1), use_cache=True, **{self._cache_arg: self.cache})
         self.mask = mask
         self.lengths = self.lengths + 1
         return out.logits[:, -1, :]

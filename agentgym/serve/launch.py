@@ -31,6 +31,7 @@ from typing import IO, Self
 from agentgym.errors import ServerStartError
 
 __all__ = [
+    "PARENT_PID_ENV",
     "BuiltinServer",
     "default_torch_threads",
     "free_port",

@@ -9,4 +9,4 @@ def test_the_engine_api() -> None:
 
     assert set(engine.__all__) == {"Engine", "EngineConfig", "Generation", "WeightUpdate"}
     assert set(launch.__all__) == {"BuiltinServer", "default_torch_threads", "free_port", "serve_builtin",
-                                   "wait_for_health"}
+                                   "stop_when_parent_exits", "wait_for_health", "PARENT_PID_ENV"}
