@@ -150,7 +150,8 @@ def turn_credit_share(per_turn: dict[str, list[float]]) -> float:
 
 def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo", *,
                      filter_zero_variance: bool = False, turn_weight: float = 0.0,
-                     turn_discount: float = 0.95) -> list[list[float] | None]:
+                     turn_discount: float = 0.95,
+                     per_turn: dict[str, list[float]] | None = None) -> list[list[float] | None]:
     """One advantage per completion token of each row (None: skip the row).
 
     Every sampled token gets its episode's advantage (:func:`row_advantages`);
@@ -158,9 +159,11 @@ def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "g
     turn's advantage (:func:`turn_advantages`). Env tokens get 0 (they carry no
     loss). With ``filter_zero_variance`` a group is skipped only when neither
     level has anything to teach: equal episode rewards and no turn advantage.
+    ``per_turn``: :func:`turn_advantages` of these rows, when the caller has it already.
     """
     episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance)
-    per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
+    if per_turn is None:
+        per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
     turns_before = _turns_before(rows)
     rescued: set[tuple[str, int, int]] = set()  # filtered groups with a turn-level signal
     values: list[list[float]] = []

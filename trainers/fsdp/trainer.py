@@ -150,11 +150,16 @@ class FSDPTrainer:
 
     # -- the pieces of a step -------------------------------------------------------
 
-    def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> list[list[float] | None]:
-        """One advantage per completion token of each row (None: skip the row)."""
+    def compute_advantages(self, rows: Sequence[TrajectoryRow], per_turn: dict[str, list[float]] | None = None
+                           ) -> list[list[float] | None]:
+        """One advantage per completion token of each row (None: skip the row).
+
+        ``per_turn``: the rows' turn-level advantages, when :meth:`train_step` has them already.
+        """
         config = self.config
         return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
-                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount)
+                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount,
+                                per_turn=per_turn)
 
     def compute_logprobs(self, model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -213,7 +218,11 @@ class FSDPTrainer:
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         """Learn from one step's rows (every rank passes the same rows); returns metrics."""
         start = time.perf_counter()
-        advantages = self.compute_advantages(rows)
+        config = self.config
+        # Once per step: the advantages and the turn_credit_share metric both read them.
+        gigpo = config.turn_advantage_weight > 0
+        per_turn = turn_advantages(rows, config.advantage, config.turn_discount) if gigpo else {}
+        advantages = self.compute_advantages(rows, per_turn)
         sequences = to_sequences(rows, advantages)
         stats = StepStats(grad_norms=[])
         local = self._my_share(sequences)
@@ -228,8 +237,7 @@ class FSDPTrainer:
                 self._optimizer_step([s for s in mini if id(s) in mine], stats)
         self.version += 1
         metrics = self._metrics(stats, rows, advantages, sequences, time.perf_counter() - start)
-        if self.config.turn_advantage_weight > 0:
-            per_turn = turn_advantages(rows, self.config.advantage, self.config.turn_discount)
+        if gigpo:
             metrics["turn_credit_share"] = turn_credit_share(per_turn)
         return metrics
 
