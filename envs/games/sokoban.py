@@ -15,7 +15,12 @@ displacement) is kept so that levels are not trivial.
 
 Rewards (gym-sokoban's values): -0.1 per move, +1 for a box pushed onto a
 target, -1 for a box pushed off one, +10 when every box is on a target; an
-unreadable action costs the env's ``format_penalty`` instead.
+unreadable action costs the env's ``format_penalty`` instead. With ``shaping``
+above 0, each turn also earns ``shaping`` times the number of moves it took off
+the shortest solution (the solver's distance, before minus after): potential-
+based shaping (Ng, Harada and Russell, 1999), which leaves the best policy
+unchanged but tells a learner at once which move was a mistake. A position no
+longer solvable counts as ``height * width`` moves away.
 
 Hand-made levels load with ``reset(options={"level": "..."})`` in the same
 legend as the observations (see :data:`LEGEND`).
@@ -29,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.core import Outcome, TextEnv, check_number
+from agentgym.envs.games.experts import solve_sokoban
 from agentgym.errors import ConfigError, ResetNeeded
 from agentgym.moves import DIRECTIONS, Played, play_moves, read_direction
 from agentgym.parsing import extract_answer
@@ -249,6 +255,12 @@ class SokobanEnv(TextEnv):
             models trained from scratch, which cannot read the rules: a long system
             prompt only dilutes their attention (the grid is a few dozen of several
             hundred tokens) and costs compute in every training row.
+        shaping: reward per move a turn takes off the shortest solution (negative when
+            it adds moves; a position no longer solvable is ``height * width`` moves
+            away). 0 (the default) keeps gym-sokoban's rewards. It runs the solver
+            every turn: cheap in small rooms with few boxes. For RL from a weak
+            policy, where a failed episode otherwise says nothing about which of its
+            moves went wrong; success and the best policy are unchanged.
     """
 
     action_format = "<answer>Up</answer>; several moves: <answer>Up || Left</answer>"
@@ -262,6 +274,7 @@ class SokobanEnv(TextEnv):
         format_penalty: float = 0.1,
         show_positions: bool = False,
         brief: bool = False,
+        shaping: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, format_penalty=format_penalty, render_mode=render_mode)
@@ -270,6 +283,7 @@ class SokobanEnv(TextEnv):
         check_number("dim_room width", width, minimum=5, maximum=30)
         check_number("num_boxes", num_boxes, minimum=1)
         check_number("max_moves_per_turn", max_moves_per_turn, minimum=1)
+        check_number("shaping", shaping, minimum=0, integer=False)
         if num_boxes > (height - 2) * (width - 2) // 4:
             raise ConfigError(
                 f"num_boxes={num_boxes} does not fit a {height}x{width} room; "
@@ -280,13 +294,16 @@ class SokobanEnv(TextEnv):
         self.max_moves_per_turn = max_moves_per_turn
         self.show_positions = bool(show_positions)
         self.brief = bool(brief)
+        self.shaping = float(shaping)
         self.level: Level | None = None
+        self._moves_left: int | None = None  # the solver's distance, kept only when shaping
 
     # -- episodes -------------------------------------------------------------
 
     def _new_episode(self, options: dict[str, Any] | None) -> str:
         custom = (options or {}).get("level")
         self.level = parse_level(custom) if custom is not None else self._generate()
+        self._moves_left = self._solution_distance() if self.shaping else None
         return f"Level:\n{self._board()}\nBoxes on targets: {self._progress()}. Your move."
 
     def _generate(self) -> Level:
@@ -320,14 +337,26 @@ class SokobanEnv(TextEnv):
             limit=self.max_moves_per_turn, how_to=_HOW_TO,
         )
         solved = level.solved()
+        info = {"boxes_on_target": level.boxes_on_target(), "moves": turn.played}
+        shaped = 0.0
+        if self._moves_left is not None:
+            before, self._moves_left = self._moves_left, self._solution_distance()
+            shaped = self.shaping * (before - self._moves_left)
+            info["moves_to_solution"] = self._moves_left
         return Outcome(
             self._observation(turn.notes, turn.problem, solved),
-            reward=turn.reward + (FINISH_REWARD if solved else 0.0),
+            reward=turn.reward + shaped + (FINISH_REWARD if solved else 0.0),
             terminated=solved,
             success=solved,
             action_valid=turn.valid,
-            info={"boxes_on_target": level.boxes_on_target(), "moves": turn.played},
+            info=info,
         )
+
+    def _solution_distance(self) -> int:
+        """Moves in a shortest solution from here; ``height * width`` once none exists."""
+        level = self._require_level()
+        moves = solve_sokoban(level)
+        return len(moves) if moves is not None else level.height * level.width
 
     # -- text -----------------------------------------------------------------
 
@@ -369,8 +398,14 @@ class SokobanEnv(TextEnv):
             "separated by ||, e.g. <answer>Up || Up || Left</answer>.\n"
             f"Rewards: {STEP_PENALTY:g} per move, +{BOX_ON_REWARD:g} for a box pushed onto a "
             f"target, {BOX_OFF_PENALTY:g} for a box pushed off one, +{FINISH_REWARD:g} when "
-            "every box is on a target."
+            "every box is on a target." + self._shaping_rule()
         )
+
+    def _shaping_rule(self) -> str:
+        if not self.shaping:
+            return ""
+        return (f" Each turn also earns {self.shaping:g} for every move it takes off the shortest "
+                "solution, and loses as much for every move it adds.")
 
     def render_text(self) -> str:
         return self.level.render() if self.level is not None else ""

@@ -6,7 +6,7 @@ import pytest
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.games.sokoban import SokobanEnv, parse_level
 from agentgym.errors import ConfigError
-from sokoban_solver import shortest_solution
+from sokoban_solver import shortest_solution, solve
 
 # Box right of the player, target two cells further right.
 CORRIDOR = """
@@ -207,3 +207,49 @@ def test_brief_instructions_are_one_line_and_keep_the_action_format() -> None:
     brief, full = SokobanEnv(brief=True).instructions, SokobanEnv().instructions
     assert "<answer>Up</answer>" in brief and "Legend" not in brief
     assert len(brief) < len(full) / 3
+
+
+
+def test_shaping_pays_for_each_move_taken_off_the_shortest_solution() -> None:
+    env = SokobanEnv(shaping=0.5)
+    env.reset(seed=0, options={"level": CORRIDOR})  # solved in 2: Right, Right
+    rewards, distances = [], []
+    for move in ("Right", "Up", "Left", "Right", "Right"):
+        _, reward, _, _, info = env.step(f"<answer>{move}</answer>")
+        rewards.append(reward)
+        distances.append(info["moves_to_solution"])
+    # push (2 -> 1), a wall (1 -> 1), step back (1 -> 2), walk up (2 -> 1), push onto the target.
+    assert distances == [1, 1, 2, 1, 0]
+    assert rewards == pytest.approx([-0.1 + 0.5, -0.1, -0.1 - 0.5, -0.1 + 0.5, -0.1 + 1 + 10 + 0.5])
+
+
+def test_shaping_charges_a_push_that_leaves_no_solution_as_height_times_width_moves() -> None:
+    level = "#######\n#O_PX_#\n#_____#\n#######"
+    env = SokobanEnv(shaping=0.5)
+    env.reset(seed=0, options={"level": level})
+    before = shortest_solution(parse_level(level))
+    _, reward, terminated, _, info = env.step("<answer>Right</answer>")  # the box into a corner
+    assert info["moves_to_solution"] == 4 * 7 and not terminated
+    assert reward == pytest.approx(-0.1 + 0.5 * (before - 28))
+    _, reward, *_ = env.step("<answer>Down</answer>")  # nothing saves it now: no further charge
+    assert reward == pytest.approx(-0.1)
+
+
+def test_shaping_adds_the_start_distance_to_a_solved_episode_and_is_off_by_default() -> None:
+    totals = {}
+    for shaping in (0.0, 0.25):
+        env = gym.make("Sokoban-LLM-v0", shaping=shaping)
+        env.reset(seed=11)
+        moves = solve(parse_level(env.unwrapped.level.render()))
+        total, terminated, info = 0.0, False, {}
+        for move in moves:
+            _, reward, terminated, _, info = env.step(f"<answer>{move}</answer>")
+            total += reward
+        assert terminated
+        totals[shaping] = (total, len(moves), "moves_to_solution" in info)
+    plain, shaped = totals[0.0], totals[0.25]
+    assert shaped[0] == pytest.approx(plain[0] + 0.25 * plain[1])
+    assert (plain[2], shaped[2]) == (False, True)
+    assert "0.25 for every move it takes off" in SokobanEnv(shaping=0.25).instructions
+    with pytest.raises(ConfigError, match="shaping must be at least 0"):
+        SokobanEnv(shaping=-1)
