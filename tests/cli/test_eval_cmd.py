@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ from agentgym.rollout.storage import read_rows
 from agentgym.trainers import report
 
 runner = CliRunner()
+COMPARE_EVALS = Path(__file__).parents[2] / "scripts" / "compare_evals.py"
 
 
 def _flat(output: str) -> str:
@@ -134,3 +138,34 @@ def test_the_report_escapes_eval_json_and_survives_a_broken_one(tmp_path: Path) 
     assert "80.0%" in page and "6.2" in page and "num_boxes=2" in page
     (tmp_path / EVAL_FILE).write_text("[1, 2")
     assert "eval.json could not be read" in report.render_report(tmp_path)
+
+
+def test_compare_evals_pairs_two_evals_level_by_level(tmp_path: Path) -> None:
+    """scripts/compare_evals.py, the paired test docs/results.md quotes, on two real evals."""
+    for policy, turns in (("solver", "30"), ("random", "3")):
+        result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", policy, "--episodes", "8",
+                                     "--max-turns", turns, "--episodes-out", str(tmp_path / f"{policy}.parquet")])
+        assert result.exit_code == 0, result.output
+    random_solved = sum(row.success for row in read_rows(tmp_path / "random.parquet"))
+    done = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"),
+                           str(tmp_path / "random.parquet"), "--turns"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "A: 8/8 solved (100.0%)" in done.stdout
+    assert f"only A solved: {8 - random_solved}, only B solved: 0" in done.stdout
+    assert "B failed-episode turns:" in done.stdout and "unreadable" not in done.stdout  # random moves are valid
+
+    missing = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"), str(tmp_path / "x.parquet")],
+                               capture_output=True, text=True, check=False)
+    assert missing.returncode != 0 and "No episodes in" in missing.stderr
+
+
+def test_mcnemar_exact_matches_the_binomial_test() -> None:
+    spec = importlib.util.spec_from_file_location("compare_evals", COMPARE_EVALS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.mcnemar_exact(0, 0) == 1.0
+    assert module.mcnemar_exact(5, 5) == 1.0
+    assert module.mcnemar_exact(6, 0) == pytest.approx(2 / 64)  # scipy.stats.binomtest(0, 6).pvalue
+    assert module.mcnemar_exact(47, 22) == pytest.approx(0.0035, abs=5e-5)
+    assert module.mcnemar_exact(22, 47) == module.mcnemar_exact(47, 22)
