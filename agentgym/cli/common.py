@@ -26,6 +26,8 @@ MaxTurnsOption = Annotated[int | None, typer.Option(help="Turn limit (default: t
 MaxTokensOption = Annotated[int, typer.Option(help="Tokens one turn may sample.")]
 MaxContextOption = Annotated[int, typer.Option(help="Tokens an episode may hold.")]
 ConcurrencyOption = Annotated[int, typer.Option(help="Episodes playing at once.")]
+EpisodeTimeoutOption = Annotated[float, typer.Option(
+    help="Seconds an episode may take; past it, it stops with an error (raise it on a busy machine).")]
 
 
 def fail(message: str) -> typer.Exit:

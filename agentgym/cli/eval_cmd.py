@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,6 +31,7 @@ from rich.table import Table
 
 from agentgym.cli.common import (
     ConcurrencyOption,
+    EpisodeTimeoutOption,
     EnvKwargOption,
     MaxContextOption,
     MaxTokensOption,
@@ -101,6 +103,7 @@ def eval_command(
     max_tokens: MaxTokensOption = 32,
     max_context: MaxContextOption = 4096,
     concurrency: ConcurrencyOption = 32,
+    episode_timeout: EpisodeTimeoutOption = 600.0,
     out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
     episodes_out: Annotated[Path | None, typer.Option(
         "--episodes-out", help="Also write every episode to this Parquet file (agentgym view shows them).")] = None,
@@ -114,6 +117,7 @@ def eval_command(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
             concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed_offset, sampling_seed=seed_offset,
+            episode_timeout=episode_timeout,
         )
         started = time.monotonic()
         rows = asyncio.run(_play(config, policy, model, temperature, episodes_out))
@@ -124,10 +128,20 @@ def eval_command(
                        seed_offset=seed_offset, temperature=temperature)
     result.seconds = round(time.monotonic() - started, 1)
     console.print(result_table(result))
+    if result.failed:
+        console.print(f"[yellow]{result.failed} episode(s) stopped with an error and count as failures "
+                      f"({escape(_errors(rows))}): the success rate measures the machine as well as the policy. "
+                      "On a busy machine, rerun with a larger --episode-timeout or a lower --concurrency.[/yellow]")
     run_dir = out if out is not None else (run_dir_of(model) if policy is PolicyName.model else None)
     if run_dir is not None:
         path = add_result(run_dir, result)
         console.print(f"Result added to {escape(str(path))} (agentgym report {escape(str(run_dir))} shows it).")
+
+
+def _errors(rows: list[TrajectoryRow]) -> str:
+    """The errors of the failed episodes, most common first, with their counts."""
+    counts = Counter(row.error for row in rows if row.row_index == 0 and row.error is not None)
+    return "; ".join(f"{count} x {error}" for error, count in counts.most_common(3))
 
 
 async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float,

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from agentgym.cli.common import (
     ConcurrencyOption,
+    EpisodeTimeoutOption,
     EnvKwargOption,
     MaxContextOption,
     MaxTokensOption,
@@ -51,6 +52,7 @@ def rollout_command(
     episodes: Annotated[int, typer.Option(help="Episodes in all.")] = 8,
     group_size: Annotated[int, typer.Option(help="Episodes per seed (a GRPO group).")] = 1,
     concurrency: ConcurrencyOption = 32,
+    episode_timeout: EpisodeTimeoutOption = 600.0,
     max_turns: MaxTurnsOption = None,
     max_tokens: MaxTokensOption = 64,
     max_context: MaxContextOption = 4096,
@@ -71,7 +73,7 @@ def rollout_command(
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
             concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
-            max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode,
+            max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
         player = Player(policy, model, urls, api_key, temperature)
