@@ -13,8 +13,8 @@ from rich.markup import escape
 import agentgym
 from agentgym.errors import AgentGymError
 
-__all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "fail", "make_env", "MaxContextOption",
-           "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs"]
+__all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
+           "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs"]
 
 console = Console(highlight=False)
 
