@@ -85,7 +85,8 @@ def main() -> int:
     for name, side in (("A", a), ("B", b)):
         solved = sum(row.success for row in side.values())
         print(f"{name}: {solved}/{len(side)} solved ({100 * solved / len(side):.1f}%)")
-    print(f"only A solved: {only_a}, only B solved: {only_b}, exact McNemar p = {mcnemar_exact(only_a, only_b):.4f}")
+    p_value = mcnemar_exact(only_a, only_b)
+    print(f"only A solved: {only_a}, only B solved: {only_b}, exact McNemar p = {p_value:.2g}")
     if args.turns:
         for name, side in (("A", a), ("B", b)):
             kinds = failed_turn_kinds(side)

@@ -19,7 +19,11 @@ unreadable action costs the env's ``format_penalty`` instead. With ``shaping``
 above 0, each turn also earns ``shaping`` times the number of moves it took off
 the shortest solution (the solver's distance, before minus after): potential-
 based shaping (Ng, Harada and Russell, 1999), which leaves the best policy
-unchanged but tells a learner at once which move was a mistake. A position no
+unchanged but tells a learner at once which move was a mistake. Unchanged for a
+learner that credits a move with the undiscounted rest of its episode: one that
+credits a move with its own turn's reward only (GiGPO with ``turn_discount=0``)
+finds walking into a wall (-0.1) safer than a move that may add to the distance
+(-0.1 - shaping), and learned exactly that here (docs/results.md). A position no
 longer solvable counts as ``height * width`` moves away.
 
 Hand-made levels load with ``reset(options={"level": "..."})`` in the same
@@ -260,7 +264,8 @@ class SokobanEnv(TextEnv):
             away). 0 (the default) keeps gym-sokoban's rewards. It runs the solver
             every turn: cheap in small rooms with few boxes. For RL from a weak
             policy, where a failed episode otherwise says nothing about which of its
-            moves went wrong; success and the best policy are unchanged.
+            moves went wrong; success and the best policy (of the full, undiscounted
+            return) are unchanged. Not for per-turn credit (see above).
     """
 
     action_format = "<answer>Up</answer>; several moves: <answer>Up || Left</answer>"
