@@ -22,7 +22,7 @@ import math
 import sys
 from collections import Counter
 
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.rollout.storage import read_rows
 
 
@@ -33,7 +33,7 @@ def episodes_by_seed(paths: str) -> dict[int, TrajectoryRow]:
         rows = read_rows(path)
         if not rows:
             raise SystemExit(f"No episodes in {path}: give the file `agentgym eval --episodes-out` wrote.")
-        episodes.update((row.seed, row) for row in rows if row.row_index == 0)
+        episodes.update((row.seed, row) for row in first_rows(rows))
     return episodes
 
 

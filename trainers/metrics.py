@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from agentgym.errors import MissingDependencyError
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.config import TrainConfig
 
 __all__ = ["METRICS_FILE", "SAMPLES_FILE", "MetricsLogger", "read_jsonl", "step_line"]
@@ -154,7 +154,7 @@ class MetricsLogger:
         """Keep the first ``sample_episodes`` episodes of the step as conversations."""
         if not self.enabled or self.config.sample_episodes == 0:
             return
-        episodes = [row for row in rows if row.row_index == 0][: self.config.sample_episodes]
+        episodes = first_rows(rows)[: self.config.sample_episodes]
         with (self.out / SAMPLES_FILE).open("a", encoding="utf-8") as file:
             for row in episodes:
                 file.write(json.dumps({

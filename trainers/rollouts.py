@@ -19,7 +19,7 @@ from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.config import TrainConfig
 
 __all__ = ["OfflineGroups", "StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows",
@@ -136,7 +136,7 @@ def drop_stale(rows: list[TrajectoryRow], version: int, max_staleness: int) -> t
 
 def episode_stats(rows: list[TrajectoryRow]) -> dict[str, float]:
     """Mean reward, success rate, valid-action rate, turns and sampled tokens of the episodes."""
-    episodes = [row for row in rows if row.row_index == 0]
+    episodes = first_rows(rows)
     if not episodes:
         return {}
     count = len(episodes)

@@ -50,7 +50,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.algorithms import masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
 from agentgym.trainers.config import TrainConfig
@@ -119,11 +119,6 @@ def episode_reward(prompts: Sequence[Any], completions: Sequence[Any], env_rewar
     return [float(reward) for reward in env_reward]
 
 
-def _first_rows(rows: Sequence[TrajectoryRow]) -> list[TrajectoryRow]:
-    """One row per episode (its first), in the manager's order (groups contiguous)."""
-    return [row for row in rows if row.row_index == 0]
-
-
 def _trl_sample(row: TrajectoryRow, eos: int) -> tuple[list[int], list[int], list[float], list[int]]:
     """prompt_ids, completion_ids, logprobs, env_mask; a failed episode gets one masked token."""
     if not row.completion_ids:
@@ -142,7 +137,7 @@ class _RolloutBase:
         self.dropped_rows = 0
 
     def _output(self, rows: Sequence[TrajectoryRow], eos: int) -> dict[str, list[Any]]:
-        episodes = _first_rows(rows)
+        episodes = first_rows(rows)  # the manager keeps groups contiguous
         self.dropped_rows = len(rows) - len(episodes)
         self.rows = episodes
         samples = [_trl_sample(row, eos) for row in episodes]

@@ -31,8 +31,8 @@ from rich.table import Table
 
 from agentgym.cli.common import (
     ConcurrencyOption,
-    EpisodeTimeoutOption,
     EnvKwargOption,
+    EpisodeTimeoutOption,
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
@@ -43,7 +43,7 @@ from agentgym.cli.common import (
 from agentgym.cli.rollout_cmd import Player, PolicyName, episode_progress, playing_with
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, first_rows
 
 __all__ = ["EVAL_FILE", "EvalResult", "add_result", "eval_command", "result_table", "run_dir_of",
            "summarize"]
@@ -79,7 +79,7 @@ def summarize(rows: list[TrajectoryRow], **setting: Any) -> EvalResult:
 
     The invalid-action rate is per turn: invalid actions over all turns played.
     """
-    episodes = [row for row in rows if row.row_index == 0]
+    episodes = first_rows(rows)
     count = max(len(episodes), 1)
     turns = sum(row.num_turns for row in episodes)
     return EvalResult(
@@ -103,7 +103,7 @@ def eval_command(
     max_tokens: MaxTokensOption = 32,
     max_context: MaxContextOption = 4096,
     concurrency: ConcurrencyOption = 32,
-    episode_timeout: EpisodeTimeoutOption = 600.0,
+    episode_timeout: EpisodeTimeoutOption = RolloutConfig.episode_timeout,
     out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
     episodes_out: Annotated[Path | None, typer.Option(
         "--episodes-out", help="Also write every episode to this Parquet file (agentgym view shows them).")] = None,
@@ -140,7 +140,7 @@ def eval_command(
 
 def _errors(rows: list[TrajectoryRow]) -> str:
     """The errors of the failed episodes, most common first, with their counts."""
-    counts = Counter(row.error for row in rows if row.row_index == 0 and row.error is not None)
+    counts = Counter(row.error for row in first_rows(rows) if row.error is not None)
     return "; ".join(f"{count} x {error}" for error, count in counts.most_common(3))
 
 

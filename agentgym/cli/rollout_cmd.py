@@ -18,8 +18,8 @@ from rich.table import Table
 
 from agentgym.cli.common import (
     ConcurrencyOption,
-    EpisodeTimeoutOption,
     EnvKwargOption,
+    EpisodeTimeoutOption,
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
@@ -30,7 +30,7 @@ from agentgym.cli.common import (
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.rollout.servers import ServerStats, parse_base_urls
 
 __all__ = ["Player", "PolicyName", "episode_progress", "expand_bare_ray", "playing_with", "print_episode",
@@ -52,7 +52,7 @@ def rollout_command(
     episodes: Annotated[int, typer.Option(help="Episodes in all.")] = 8,
     group_size: Annotated[int, typer.Option(help="Episodes per seed (a GRPO group).")] = 1,
     concurrency: ConcurrencyOption = 32,
-    episode_timeout: EpisodeTimeoutOption = 600.0,
+    episode_timeout: EpisodeTimeoutOption = RolloutConfig.episode_timeout,
     max_turns: MaxTurnsOption = None,
     max_tokens: MaxTokensOption = 64,
     max_context: MaxContextOption = 4096,
@@ -283,7 +283,7 @@ def _server_table(stats: list[ServerStats]) -> Table:
 
 
 def _summary(env_id: str, policy: str, rows: list[TrajectoryRow]) -> Table:
-    episodes = [row for row in rows if row.row_index == 0]
+    episodes = first_rows(rows)
     count = max(len(episodes), 1)
     turns = sum(row.num_turns for row in episodes)
     table = Table(title=f"{env_id}, {policy}")

@@ -11,12 +11,13 @@ A failed episode is a row too, with ``error`` set: never silently dropped.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ARROW_SCHEMA", "Message", "TrajectoryRow"]
+__all__ = ["ARROW_SCHEMA", "Message", "TrajectoryRow", "first_rows"]
 
 
 class Message(BaseModel):
@@ -64,6 +65,11 @@ class TrajectoryRow(BaseModel):
 
     def to_record(self) -> dict[str, Any]:
         return self.model_dump()
+
+
+def first_rows(rows: Iterable[TrajectoryRow]) -> list[TrajectoryRow]:
+    """One row per episode (its first: ``row_index`` 0), in the order given."""
+    return [row for row in rows if row.row_index == 0]
 
 
 ARROW_SCHEMA = pa.schema([

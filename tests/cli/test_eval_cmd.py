@@ -163,8 +163,8 @@ def test_compare_evals_pairs_two_evals_level_by_level(tmp_path: Path) -> None:
     assert f"only A solved: {8 - random_solved}, only B solved: 0" in done.stdout
     assert "B failed-episode turns:" in done.stdout and "unreadable" not in done.stdout  # random moves are valid
 
-    missing = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"), str(tmp_path / "x.parquet")],
-                               capture_output=True, text=True, check=False)
+    missing = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"),
+                              str(tmp_path / "x.parquet")], capture_output=True, text=True, check=False)
     assert missing.returncode != 0 and "No episodes in" in missing.stderr
 
 
