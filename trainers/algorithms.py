@@ -16,6 +16,11 @@ Departures from the papers, on purpose:
   Optimization for LLM Agent Training") normalises with the same method as
   the episode-level one (``grpo``: by the anchor group's std; ``dr_grpo``:
   not at all), where the paper has a switch of its own.
+- ``negative_advantage_weight`` scales the negative advantages only. At 1
+  (the default) it is GRPO; at 0 only the better-than-average samples teach
+  (positive sample reinforcement, Zhu et al. 2025, "The Surprising
+  Effectiveness of Negative Reinforcement in LLM Reasoning", which weights the
+  positive side instead to keep pass@k: here the aim is the greedy pass@1).
 - The importance-sampling correction (Yao et al. 2025, "Your efficient RL
   framework secretly brings you off-policy RL training") reweights by
   pi_old / pi_rollout, the gap between the trainer's and the server's
@@ -201,6 +206,8 @@ class LossConfig:
     """Importance-sampling correction against the rollout logprobs."""
     correction_level: CorrectionLevel = "token"
     correction_cap: float = 2.0
+    negative_advantage_weight: float = 1.0
+    """Scale of the negative advantages (1: GRPO; 0: learn from the better-than-average samples only)."""
 
     def __post_init__(self) -> None:
         if self.clip_low < 0 or self.clip_high < 0:
@@ -210,6 +217,9 @@ class LossConfig:
                               f"got {self.aggregation!r}.")
         if self.max_tokens < 1 or self.kl_coef < 0 or self.correction_cap <= 0:
             raise ConfigError("max_tokens must be >= 1, kl_coef >= 0 and correction_cap > 0.")
+        if not 0.0 <= self.negative_advantage_weight <= 1.0:
+            raise ConfigError(f"negative_advantage_weight must be within [0, 1] (1: GRPO, 0: the positive "
+                              f"side only), got {self.negative_advantage_weight}.")
 
 
 @dataclass
@@ -251,6 +261,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     adv = advantages.detach().to(logprobs.dtype)
     if adv.dim() == 1:
         adv = adv.unsqueeze(-1)
+    if config.negative_advantage_weight != 1.0:
+        adv = torch.where(adv < 0, adv * config.negative_advantage_weight, adv)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)

@@ -139,6 +139,10 @@ class TrainConfig:
     observation. Credit for multi-turn envs where one move decides the episode (0: episode level only)."""
     turn_discount: float = 0.95
     """Discount of the return-to-go the turn-level advantage compares."""
+    negative_advantage_weight: float = 1.0
+    """Scale of the negative advantages: 1 is GRPO; 0 learns from the better-than-average episodes
+    (and turns) only, so a failed episode's moves are not pushed down (positive sample
+    reinforcement, Zhu et al. 2025). Between: both, the failures weighted less."""
     clip_low: float = 0.2
     """PPO clip below 1."""
     clip_high: float = 0.28
@@ -273,7 +277,8 @@ class TrainConfig:
         """The :class:`LossConfig` of these fields (both backends compute the loss from it)."""
         return LossConfig(clip_low=self.clip_low, clip_high=self.clip_high, aggregation=self.aggregation,
                           max_tokens=self.max_tokens, kl_coef=self.kl_coef, correction=self.correction,
-                          correction_level=self.correction_level, correction_cap=self.correction_cap)
+                          correction_level=self.correction_level, correction_cap=self.correction_cap,
+                          negative_advantage_weight=self.negative_advantage_weight)
 
     def lora_config(self) -> Any:
         """peft's ``LoraConfig`` of the ``lora_*`` fields (both backends train the adapter it describes)."""

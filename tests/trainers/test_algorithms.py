@@ -165,8 +165,30 @@ def test_kl_penalty_needs_and_uses_the_reference() -> None:
     assert out.metrics["kl"] == pytest.approx(math.exp(-1))
 
 
+def test_negative_advantage_weight_scales_only_the_negative_side() -> None:
+    mask = torch.ones(2, 2)
+    adv = torch.tensor([1.0, -2.0])
+    losses = {}
+    for weight in (1.0, 0.5, 0.0):
+        logp = torch.zeros(2, 2, requires_grad=True)
+        out = policy_loss(logp, logp.detach(), adv, mask, LossConfig(negative_advantage_weight=weight))
+        out.loss.backward()
+        losses[weight] = out.loss.item()
+        # The positive sequence's gradient never changes; the negative one's is scaled by the weight.
+        assert logp.grad[0].tolist() == pytest.approx([-1 / 4, -1 / 4])
+        assert logp.grad[1].tolist() == pytest.approx([2 * weight / 4, 2 * weight / 4])
+    assert losses == pytest.approx({1.0: -(2 - 4) / 4, 0.5: -(2 - 2) / 4, 0.0: -2 / 4})
+    # Per-token advantages (GiGPO's turn term) are scaled token by token.
+    logp = torch.zeros(1, 3, requires_grad=True)
+    policy_loss(logp, logp.detach(), torch.tensor([[1.0, -1.0, 0.0]]), torch.ones(1, 3),
+                LossConfig(negative_advantage_weight=0.0)).loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1 / 3, 0.0, 0.0])
+
+
 def test_bad_loss_settings_name_the_field() -> None:
     with pytest.raises(ConfigError, match="aggregation must be"):
         LossConfig(aggregation="mean")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="clip_low and clip_high must be >= 0"):
         LossConfig(clip_low=-0.1)
+    with pytest.raises(ConfigError, match=r"negative_advantage_weight must be within \[0, 1\]"):
+        LossConfig(negative_advantage_weight=1.5)
