@@ -29,7 +29,7 @@ from agentgym.cli.common import (
 )
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
-from agentgym.rollout.policies import RandomPolicy
+from agentgym.rollout.policies import NoisyExpert, RandomPolicy
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.rollout.servers import ServerStats, parse_base_urls
 
@@ -57,6 +57,7 @@ def rollout_command(
     max_tokens: MaxTokensOption = 64,
     max_context: MaxContextOption = 4096,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    expert_noise: Annotated[float, typer.Option(help="With --policy solver: the chance, each turn, of a random move instead of the expert's, played but masked out of the loss, so the demonstrations show the way back from mistakes (DART).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the first group; group g plays seed+g.")] = 0,
     out: Annotated[Path | None, typer.Option(help="Write the rows to this Parquet file.")] = None,
     resume: Annotated[bool, typer.Option(help="Skip the episodes --out already holds.")] = False,
@@ -69,6 +70,8 @@ def rollout_command(
     """Play episodes, record them token by token, print a summary."""
     if resume and out is None:
         raise fail("--resume needs --out (the file to continue).")
+    if expert_noise and policy is not PolicyName.solver:
+        raise fail(f"--expert-noise perturbs the expert: it needs --policy solver, not --policy {policy.value}.")
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
@@ -76,7 +79,7 @@ def rollout_command(
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
-        player = Player(policy, model, urls, api_key, temperature)
+        player = Player(policy, model, urls, api_key, temperature, expert_noise)
         with _ray_session(ray, ray_actors) as ray_options:
             rows = asyncio.run(_run(config, player, out, resume, show, ray_options))
     except AgentGymError as exc:
@@ -96,6 +99,8 @@ class Player:
     base_url: tuple[str, ...] | None
     api_key: str
     temperature: float
+    #: the chance of a random (unlearned) move per turn of the expert (--policy solver)
+    expert_noise: float = 0.0
 
 
 async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: bool,
@@ -147,7 +152,7 @@ async def playing_with(player: Player, config: RolloutConfig, *, record: bool) -
     written, so a quick random rollout needs no model at all.
     """
     if player.policy is not PolicyName.model:
-        yield _model_free(player.policy, config), (_renderer(player.model) if record else None)
+        yield _model_free(player, config), (_renderer(player.model) if record else None)
         return
     from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
     from agentgym.serve.launch import BuiltinServer
@@ -165,12 +170,13 @@ async def playing_with(player: Player, config: RolloutConfig, *, record: bool) -
             yield policy, renderer
 
 
-def _model_free(policy: PolicyName, config: RolloutConfig) -> Any:
-    """The random policy, or the env's expert (ConfigError for an env that has none)."""
-    if policy is PolicyName.solver:
+def _model_free(player: Player, config: RolloutConfig) -> Any:
+    """The random policy, or the env's expert, noisy if asked (ConfigError for an env that has none)."""
+    if player.policy is PolicyName.solver:
         from agentgym.rollout.experts import expert_policy
 
-        return expert_policy(config.env_id)
+        expert = expert_policy(config.env_id)
+        return NoisyExpert(expert, player.expert_noise, seed=config.seed) if player.expert_noise else expert
     return RandomPolicy(seed=config.seed)
 
 

@@ -26,7 +26,7 @@ from agentgym.core import check_number
 from agentgym.errors import AgentGymError, ConfigError
 from agentgym.registry import env_info
 from agentgym.rollout.chat import ChatRenderer
-from agentgym.rollout.policies import Policy
+from agentgym.rollout.policies import PlayOnly, Policy
 from agentgym.rollout.policy import Generation, OpenAIPolicy
 from agentgym.rollout.rows import Message, TrajectoryRow
 
@@ -297,8 +297,8 @@ class EnvManager:
                                                   key=episode.id)
             return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed,
                                              key=episode.id)
-        text = self._model_free_policy(episode).act(episode.messages[-1].content, env.unwrapped)
-        return Generation(text=text, finish_reason="stop")
+        action = self._model_free_policy(episode).act(episode.messages[-1].content, env.unwrapped)
+        return Generation(text=str(action), finish_reason="stop", learn=not isinstance(action, PlayOnly))
 
     def _model_free_policy(self, episode: _Episode) -> Any:
         """The policy that plays ``episode``: a policy with ``for_episode`` (the random one)
@@ -337,7 +337,7 @@ class EnvManager:
             else:  # nothing recorded on the old prompt yet: no empty row
                 episode.segments[-1] = seen
         segment = episode.segments[-1]
-        segment.add(ids, sampled=True, logprobs=logprobs)
+        segment.add(ids, sampled=generation.learn, logprobs=logprobs)
         segment.add(self.renderer.close_turn_ids(ids), sampled=False)
 
     def _rows(self, episode: _Episode) -> list[TrajectoryRow]:

@@ -1,20 +1,43 @@
-"""Policies that need no model: for testing envs and as baselines.
+"""Policies that need no model: for testing envs, as baselines and as teachers.
 
 A policy turns the latest observation into the next action. Model-backed
 policies (an OpenAI-compatible server) arrive with the env manager.
+
+An action may be a :class:`PlayOnly`: the env plays it and the row records
+its tokens, masked out of the loss. :class:`NoisyExpert` plays its random
+moves that way, so a demonstration shows the expert recovering from a
+mistake without teaching the mistake.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from agentgym.core import TextEnv
-from agentgym.errors import PolicyError
+from agentgym.errors import ConfigError, PolicyError
 
-__all__ = ["Policy", "RandomPolicy", "ScriptedPolicy"]
+__all__ = ["NoisyExpert", "PlayOnly", "Policy", "RandomPolicy", "ScriptedPolicy"]
+
+
+class PlayOnly(str):
+    """An action the env plays but a model should not learn: recorded with mask 0.
+
+    A plain ``str`` everywhere else (the env, the messages, the row's text).
+    """
+
+    __slots__ = ()
+
+
+def _episode_rng(seed: int | None, key: tuple[int, ...]) -> np.random.Generator:
+    """An RNG drawn from ``seed`` and an episode's key, so that concurrent episodes,
+    scheduled in any order, repeat their draws on a rerun; unseeded stays unseeded."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng(int(np.random.SeedSequence([seed, *key]).generate_state(1)[0]))
 
 
 class Policy(Protocol):
@@ -39,9 +62,9 @@ class RandomPolicy:
         hand out draws in scheduling order, so a rerun with the same seed
         would play different moves. Unseeded policies stay unseeded.
         """
-        if self.seed is None:
-            return RandomPolicy()
-        return RandomPolicy(seed=int(np.random.SeedSequence([self.seed, *key]).generate_state(1)[0]))
+        policy = RandomPolicy(self.seed)
+        policy.rng = _episode_rng(self.seed, key)
+        return policy
 
     def act(self, observation: str, env: TextEnv) -> str:
         return env.random_action(self.rng)
@@ -68,3 +91,55 @@ class ScriptedPolicy:
             )
         self.position += 1
         return self.script[self.position - 1]
+
+
+class NoisyExpert:
+    """An expert that, with probability ``noise`` each turn, plays a random move instead.
+
+    Imitation of clean demonstrations compounds its errors: the learner never
+    saw a state off the expert's path, so one wrong move leads to states it
+    cannot handle (it loops, it bumps into walls). Injecting noise into the
+    expert while recording it (DART, Laskey et al. 2017) puts such states in
+    the data with the expert's way back as the label. The random moves are
+    :class:`PlayOnly`, so they are played and kept in the context but never
+    imitated.
+
+    A random move after which the expert could no longer act (a Sokoban box
+    pushed into a corner) is not played: up to ``tries`` draws are checked on
+    a copy of the env, then the expert moves. The data holds only states the
+    expert can still label.
+    """
+
+    def __init__(self, expert: Any, noise: float, seed: int | None = None, tries: int = 4) -> None:
+        if not 0.0 <= noise < 1.0:
+            raise ConfigError(f"The expert's noise is a probability below 1 (1 would never show "
+                              f"the expert), got {noise}.")
+        self.expert, self.noise, self.seed, self.tries = expert, noise, seed, tries
+        self.rng = _episode_rng(seed, ())
+
+    def for_episode(self, *key: int) -> NoisyExpert:
+        """A copy whose RNG is drawn from this seed and ``key`` (see :meth:`RandomPolicy.for_episode`)."""
+        policy = type(self)(self.expert, self.noise, self.seed, self.tries)
+        policy.rng = _episode_rng(self.seed, key)
+        return policy
+
+    def act(self, observation: str, env: TextEnv) -> str:
+        if self.noise and self.rng.random() < self.noise:
+            move = self._recoverable_random_move(env)
+            if move is not None:
+                return PlayOnly(move)
+        return self.expert.act(observation, env)
+
+    def _recoverable_random_move(self, env: TextEnv) -> str | None:
+        for _ in range(self.tries):
+            move = env.random_action(self.rng)
+            trial = copy.deepcopy(env)
+            observation, _, terminated, _, _ = trial.step(move)
+            if terminated:  # the random move ended the game (solved it): nothing left to label
+                return move
+            try:
+                self.expert.act(observation, trial)
+            except PolicyError:
+                continue
+            return move
+        return None

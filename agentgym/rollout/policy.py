@@ -80,6 +80,8 @@ class Generation:
     prompt_ids: list[int] | None = None
     policy_version: int | None = None
     attempts: int = 1
+    #: False for an action played but not to be learned (a :class:`PlayOnly`): recorded with mask 0
+    learn: bool = True
 
 
 class OpenAIPolicy:
