@@ -124,6 +124,9 @@ class TrainConfig:
     """Sequences per forward pass (without packing); gradients accumulate over micro-batches."""
     micro_batch_tokens: int = 8192
     """Tokens per packed forward pass (with packing)."""
+    group_by_length: bool = False
+    """SFT: batch rows of similar length (less padding; much faster when episode lengths vary,
+    as demonstrations with ``--expert-noise`` do); off: batches drawn at random."""
     pack_sequences: bool = False
     """Pack several sequences into one row (no padding; attention kept within each sequence).
     Off by default: without flash attention the packed row's attention is dense (quadratic in

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import random
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -36,8 +37,8 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["format_warmup", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset",
-           "sft_train", "without_printer"]
+__all__ = ["format_warmup", "length_grouped_order", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl",
+           "run_sft", "sft_dataset", "sft_train", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -92,6 +93,40 @@ def sft_dataset(rows: Sequence[TrajectoryRow], *, only_successful: bool = False)
     return Dataset.from_list(records)
 
 
+def length_grouped_order(lengths: Sequence[int], *, batch_size: int, samples: int, seed: int,
+                         window: int = 50) -> list[int]:
+    """The first ``samples`` row indices of batches of similar length, the batches in random order.
+
+    Each pass over the rows is shuffled and cut into windows of ``window`` batches; a window
+    is sorted by length and cut into batches of ``batch_size``, and the pass's batches are
+    shuffled. So a batch pads to a length close to its shortest row's, and consecutive steps
+    still see rows of every length: transformers' ``group_by_length`` sampler runs each
+    window from its longest batch to its shortest, ``window`` steps of long episodes in a
+    row, where the long episodes are the ones with most mistakes to recover from. A pass
+    leaves out its last ``len(lengths) % batch_size`` rows (a different few each pass) so
+    that every batch is full and the batches stay aligned.
+    """
+    if batch_size < 1 or window < 1 or samples < 0:
+        raise ConfigError(f"batch_size and window must be >= 1 and samples >= 0, got {batch_size}, {window}, "
+                          f"{samples}.")
+    if len(lengths) < batch_size:
+        raise ConfigError(f"{len(lengths)} rows cannot fill a batch of {batch_size}: lower micro_batch_size "
+                          f"or roll out more episodes.")
+    rng = random.Random(seed)
+    order: list[int] = []
+    while len(order) < samples:
+        rows = list(range(len(lengths)))
+        rng.shuffle(rows)
+        rows = rows[:len(rows) - len(rows) % batch_size]
+        batches: list[list[int]] = []
+        for start in range(0, len(rows), window * batch_size):
+            chunk = sorted(rows[start:start + window * batch_size], key=lambda i: lengths[i])
+            batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        rng.shuffle(batches)
+        order += [i for batch in batches for i in batch]
+    return order[:samples]
+
+
 def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any, Any]:
     """The causal LM and tokenizer of ``model`` ('tiny', a folder or a hub id)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -121,7 +156,7 @@ def lr_schedule_args(name: str, *, lr: float, warmup_steps: int, min_lr_ratio: f
 
 def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, max_length: int,
               max_grad_norm: float, adam_betas: tuple[float, float], logging: bool,
-              schedule: dict[str, Any]) -> Any:
+              schedule: dict[str, Any], in_order: bool) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
@@ -133,6 +168,7 @@ def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, m
         completion_only_loss=True, max_length=max_length, logging_steps=1,
         activation_checkpointing=False,  # TRL turns it on by default: 30% slower, and small models need no memory saved
         save_strategy="no", report_to=[], disable_tqdm=not logging, dataloader_num_workers=0,
+        train_sampling_strategy="sequential" if in_order else "random",
     )
 
 
@@ -140,7 +176,7 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
               batch_size: int, seed: int = 0, max_length: int = 4096, max_grad_norm: float = 1.0,
               adam_betas: tuple[float, float] = (0.9, 0.99), logging: bool = False,
               optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
-              min_lr_ratio: float = 0.1,
+              min_lr_ratio: float = 0.1, group_by_length: bool = False,
               on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
     """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).
 
@@ -149,14 +185,21 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     ``optimizer_out``, when given, receives the AdamW used (its moments can carry on into RL).
     ``lr_schedule`` (constant, linear, cosine down to ``min_lr_ratio * lr``) after
     ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
+    ``group_by_length``: each batch of rows of similar length (:func:`length_grouped_order`),
+    so less of every batch is padding; otherwise batches are drawn at random.
     """
     from trl import SFTTrainer
 
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ConfigError(f"steps and batch_size must be >= 1 and lr > 0, got {steps}, {batch_size}, {lr}.")
-    args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=min(batch_size, len(dataset)), seed=seed,
+    batch_size = min(batch_size, len(dataset))
+    if group_by_length:  # the dataset in the planned order, read front to back: one pass is the whole run
+        dataset = dataset.select(length_grouped_order([len(ids) for ids in dataset["input_ids"]],
+                                                      batch_size=batch_size, samples=steps * batch_size,
+                                                      seed=seed))
+    args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=batch_size, seed=seed,
                      max_length=max_length, max_grad_norm=max_grad_norm, adam_betas=adam_betas,
-                     logging=logging,
+                     logging=logging, in_order=group_by_length,
                      schedule=lr_schedule_args(lr_schedule, lr=lr, warmup_steps=warmup_steps,
                                                min_lr_ratio=min_lr_ratio))
     with quiet_trl():
@@ -256,7 +299,8 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
                   batch_size=config.micro_batch_size, seed=config.seed,
                   max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
                   adam_betas=config.adam_betas, lr_schedule=config.lr_schedule,
-                  warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio, on_step=log_step)
+                  warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
+                  group_by_length=config.group_by_length, on_step=log_step)
     final = out / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

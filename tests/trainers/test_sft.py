@@ -18,7 +18,7 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
-from agentgym.trainers.sft import load_model_and_tokenizer, run_sft, sft_dataset, sft_train
+from agentgym.trainers.sft import length_grouped_order, load_model_and_tokenizer, run_sft, sft_dataset, sft_train
 
 BANDIT = "Bandit-LLM-v0"
 
@@ -111,3 +111,45 @@ def test_sft_reports_each_step_while_it_trains(tokenizer: Any, tiny_model: str, 
     assert [step for step, _, _ in seen] == [0, 1, 2]
     assert [loss for _, loss, _ in seen] == pytest.approx([log["loss"] for log in logs])
     assert len({weights for _, _, weights in seen}) == 3  # called between steps, not after training
+
+
+def test_length_grouped_order_batches_similar_lengths_in_random_order() -> None:
+    lengths = [(i * 37) % 200 + 1 for i in range(1000)]  # every length 1..200, five times, scrambled
+    order = length_grouped_order(lengths, batch_size=8, samples=2000, seed=0, window=10)
+    assert len(order) == 2000
+    first_pass, second_pass = order[:1000], order[1000:]
+    assert sorted(first_pass) == list(range(1000)) and sorted(second_pass) == list(range(1000))
+    batches = [[lengths[i] for i in order[k:k + 8]] for k in range(0, 2000, 8)]
+    spread = sum(max(b) - min(b) for b in batches) / len(batches)
+    assert spread < 30  # random batches of 8 from 1..200 spread about 155
+    tops = [max(b) for b in batches]
+    assert sum(a < b for a, b in zip(tops, tops[1:])) > len(tops) / 3  # not run longest to shortest
+    assert order == length_grouped_order(lengths, batch_size=8, samples=2000, seed=0, window=10)
+    assert order != length_grouped_order(lengths, batch_size=8, samples=2000, seed=1, window=10)
+
+
+def test_length_grouped_order_keeps_batches_full_when_rows_do_not_divide() -> None:
+    order = length_grouped_order(list(range(1, 21)), batch_size=8, samples=48, seed=3, window=1)
+    passes = [order[k:k + 16] for k in range(0, 48, 16)]  # 20 rows: two full batches a pass
+    assert all(len(set(p)) == 16 for p in passes)
+    assert len(set(order)) > 16  # a different four left out in some pass
+    with pytest.raises(ConfigError, match="cannot fill a batch of 8"):
+        length_grouped_order([5] * 7, batch_size=8, samples=8, seed=0)
+
+
+def test_sft_group_by_length_feeds_the_planned_batches(tokenizer: Any, tiny_model: str, tmp_path: Path) -> None:
+    """With group_by_length the model sees every row once, in batches that pad little."""
+    from datasets import Dataset
+
+    model, _ = load_model_and_tokenizer(tiny_model)
+    lengths = [(i * 13) % 60 + 4 for i in range(64)]
+    rows = [{"input_ids": [i + 10] + [42] * (n - 1), "completion_mask": [0] + [1] * (n - 1)}
+            for i, n in enumerate(lengths)]
+    seen: list[torch.Tensor] = []
+    model.register_forward_pre_hook(lambda _m, _a, kw: seen.append(kw["input_ids"].clone()), with_kwargs=True)
+    sft_train(model, tokenizer, Dataset.from_list(rows), out=tmp_path, steps=8, lr=1e-3, batch_size=8,
+              group_by_length=True)
+    assert [batch.shape[0] for batch in seen] == [8] * 8
+    assert sorted(int(row_id) - 10 for batch in seen for row_id in batch[:, 0]) == list(range(64))
+    padded = sum(batch.numel() for batch in seen)
+    assert padded < 1.25 * sum(lengths)  # drawn at random, batches of 8 pad to about 1.6x
