@@ -125,8 +125,10 @@ class TrainConfig:
     micro_batch_tokens: int = 8192
     """Tokens per packed forward pass (with packing)."""
     group_by_length: bool = False
-    """SFT: batch rows of similar length (less padding; much faster when episode lengths vary,
-    as demonstrations with ``--expert-noise`` do); off: batches drawn at random."""
+    """SFT: batch rows of similar length (less padding, so faster when episode lengths vary, as
+    demonstrations with ``--expert-noise`` do); off: batches drawn at random. Off by default: a
+    batch of similar-length episodes is less varied, and on Sokoban's noisy demonstrations the
+    grouped run learned worse (docs/results.md)."""
     pack_sequences: bool = False
     """Pack several sequences into one row (no padding; attention kept within each sequence).
     Off by default: without flash attention the packed row's attention is dense (quadratic in
