@@ -46,7 +46,7 @@ GRPO_LR=${GRPO_LR:-5e-5}         # 1e-4 cost the noisy-demonstration model 20 po
 GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the env's 30)
 EVAL_EPISODES=${EVAL_EPISODES:-200}
 if [[ -n "${QUICK:-}" ]]; then
-  MODEL=tiny DEMOS=16 SFT_STEPS=2 GRPO_STEPS=1 GRPO_EPISODES=16 GRPO_EPOCHS=1 EVAL_EPISODES=4
+  MODEL=tiny DEMOS=16 SFT_STEPS=2 GRPO_STEPS=1 GRPO_EPISODES=16 EVAL_EPISODES=4
 fi
 ENV=(--env Sokoban-LLM-v0 -k "dim_room=$ROOM" -k "num_boxes=$BOXES" -k brief=true -k show_positions=true)
 EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000)
