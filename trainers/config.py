@@ -54,7 +54,8 @@ class TrainConfig:
     model: str = "tiny"
     """Model: 'tiny', a local folder or a hub id."""
     trajectories: str | None = None
-    """Train offline on the rows of this Parquet file instead of rolling out."""
+    """Train offline on the rows of this Parquet file instead of rolling out (SFT: several,
+    comma-separated; a file named twice counts twice)."""
     out: str = "runs/train"
     """Run folder: metrics.jsonl, checkpoints, the final model, the report."""
 

@@ -38,7 +38,7 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
 __all__ = ["format_warmup", "length_grouped_order", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl",
-           "run_sft", "sft_dataset", "sft_train", "without_printer"]
+           "run_sft", "sft_dataset", "sft_train", "trajectory_files", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -262,6 +262,18 @@ def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
             "seconds": time.perf_counter() - started}
 
 
+def trajectory_files(spec: str) -> list[Path]:
+    """The rollout files of ``--trajectories``: one path or several, comma-separated
+    (demonstrations and DAgger rows, say; a file named twice counts twice, to weight it)."""
+    paths = [Path(part.strip()) for part in spec.split(",") if part.strip()]
+    if not paths:
+        raise ConfigError(f"--trajectories {spec!r} names no file.")
+    missing = [str(path) for path in paths if not path.exists()]
+    if missing:
+        raise ConfigError(f"--trajectories: no such file: {', '.join(missing)}.")
+    return paths
+
+
 def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
     """``--trainer sft``: fine-tune ``config.model`` on the successful episodes of ``config.trajectories``.
 
@@ -277,10 +289,8 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
         raise ConfigError("--trainer sft learns from a rollout file: pass --trajectories FILE "
                           "(make one with `agentgym rollout --env ENV --out FILE`, e.g. --policy solver "
                           "for demonstrations).")
-    if not Path(config.trajectories).exists():
-        raise ConfigError(f"--trajectories {config.trajectories!r}: no such file.")
     out = Path(config.out)
-    rows = read_rows(config.trajectories)
+    rows = [row for path in trajectory_files(config.trajectories) for row in read_rows(path)]
     dataset = sft_dataset(rows, only_successful=True)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
     config.save_yaml(out / "config.yaml")

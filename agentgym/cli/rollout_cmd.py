@@ -58,6 +58,7 @@ def rollout_command(
     max_context: MaxContextOption = 4096,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     expert_noise: Annotated[float, typer.Option(help="With --policy solver: the chance, each turn, of a random move instead of the expert's, played but masked out of the loss, so the demonstrations show the way back from mistakes (DART).")] = 0.0,
+    dagger: Annotated[float | None, typer.Option(metavar="MODEL_SHARE", help="With a model: the env's expert (solver) checks every turn (DAgger). Where the model's move is wrong, the model's is played (masked out of the loss) with this probability, so the episode reaches the states its mistakes lead to, and otherwise the expert's is played and learned. Turns the model gets right are learned as they are. Train on the rows with --trainer sft.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the first group; group g plays seed+g.")] = 0,
     out: Annotated[Path | None, typer.Option(help="Write the rows to this Parquet file.")] = None,
     resume: Annotated[bool, typer.Option(help="Skip the episodes --out already holds.")] = False,
@@ -72,6 +73,11 @@ def rollout_command(
         raise fail("--resume needs --out (the file to continue).")
     if expert_noise and policy is not PolicyName.solver:
         raise fail(f"--expert-noise perturbs the expert: it needs --policy solver, not --policy {policy.value}.")
+    if dagger is not None and policy is not PolicyName.model:
+        raise fail(f"--dagger has the expert correct a model: it needs --policy model, not --policy {policy.value} "
+                   "(for demonstrations with mistakes in them from the expert alone, use --expert-noise).")
+    if dagger is not None and ray is not None:
+        raise fail("--dagger runs on one machine: drop --ray.")
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
@@ -79,9 +85,10 @@ def rollout_command(
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
-        player = Player(policy, model, urls, api_key, temperature, expert_noise)
+        player = Player(policy, model, urls, api_key, temperature, expert_noise, dagger)
+        teacher = _teacher(player, config)  # before the server starts: an env without an expert fails fast
         with _ray_session(ray, ray_actors) as ray_options:
-            rows = asyncio.run(_run(config, player, out, resume, show, ray_options))
+            rows = asyncio.run(_run(config, player, out, resume, show, ray_options, teacher))
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
     console.print(_summary(env_id, model if policy is PolicyName.model else policy.value, rows))
@@ -101,10 +108,13 @@ class Player:
     temperature: float
     #: the chance of a random (unlearned) move per turn of the expert (--policy solver)
     expert_noise: float = 0.0
+    #: with a model: the chance that a wrong move of the model is played rather than the
+    #: expert's (DAgger; None: no expert checks the model)
+    dagger: float | None = None
 
 
 async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: bool,
-               show: int, ray_options: Any = None) -> list[TrajectoryRow]:
+               show: int, ray_options: Any = None, teacher: Any = None) -> list[TrajectoryRow]:
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
@@ -131,7 +141,8 @@ async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: 
                     await run_on_ray(config, _ray_spec(player, policy, renderer), ray_options,
                                      on_episode=finished, skip=skip)
                 else:
-                    manager = EnvManager(config, policy, renderer=renderer, on_episode=finished)
+                    manager = EnvManager(config, policy, renderer=renderer, on_episode=finished,
+                                         teacher=teacher)
                     await manager.run(skip=skip)
             finally:
                 if writer is not None:
@@ -178,6 +189,16 @@ def _model_free(player: Player, config: RolloutConfig) -> Any:
         expert = expert_policy(config.env_id)
         return NoisyExpert(expert, player.expert_noise, seed=config.seed) if player.expert_noise else expert
     return RandomPolicy(seed=config.seed)
+
+
+def _teacher(player: Player, config: RolloutConfig) -> Any:
+    """The expert that corrects the model under --dagger (ConfigError for an env that has none)."""
+    if player.dagger is None:
+        return None
+    from agentgym.rollout.experts import expert_policy
+    from agentgym.rollout.policies import ExpertCorrection
+
+    return ExpertCorrection(expert_policy(config.env_id), player.dagger, seed=config.seed)
 
 
 def expand_bare_ray(args: list[str]) -> list[str]:

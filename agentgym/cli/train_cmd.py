@@ -42,7 +42,7 @@ def train_command(
     seed: Annotated[int | None, typer.Option(help="Seed of the run.")] = None,
     out: Annotated[Path | None, typer.Option(help="Run folder (metrics, checkpoints, final model).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
-    trajectories: Annotated[Path | None, typer.Option(help="Train offline on the rows of this Parquet file.")] = None,
+    trajectories: Annotated[Path | None, typer.Option(help="Train offline on the rows of this Parquet file (--trainer sft: several, comma-separated; a file named twice counts twice).")] = None,
     lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help="Train a LoRA adapter (peft).")] = None,
     tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard.")] = False,
     wandb: Annotated[bool, typer.Option(help="Also log to Weights & Biases.")] = False,

@@ -26,7 +26,7 @@ from agentgym.core import check_number
 from agentgym.errors import AgentGymError, ConfigError
 from agentgym.registry import env_info
 from agentgym.rollout.chat import ChatRenderer
-from agentgym.rollout.policies import PlayOnly, Policy
+from agentgym.rollout.policies import ExpertCorrection, PlayOnly, Policy
 from agentgym.rollout.policy import Generation, OpenAIPolicy
 from agentgym.rollout.rows import Message, TrajectoryRow
 
@@ -140,6 +140,8 @@ class _Episode:
     error: str | None = None
     #: a model-free policy's own copy for this episode (see ``_model_free_policy``)
     player: Any = None
+    #: the teacher's own copy for this episode (see ``_teacher_for``)
+    teacher: ExpertCorrection | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -188,6 +190,8 @@ class EnvManager:
             renderer is given.
         renderer: renders turns into token ids; required for a model policy.
         on_episode: called with each episode's rows as soon as it ends.
+        teacher: with a model policy, an expert that checks every turn and
+            plays and labels its own move where the model's is wrong (DAgger).
     """
 
     def __init__(
@@ -197,13 +201,17 @@ class EnvManager:
         *,
         renderer: ChatRenderer | None = None,
         on_episode: Callable[[list[TrajectoryRow]], None] | None = None,
+        teacher: ExpertCorrection | None = None,
     ) -> None:
         if isinstance(policy, OpenAIPolicy) and renderer is None:
             raise ConfigError("A model policy needs a renderer (the model's tokenizer) to record token ids.")
+        if teacher is not None and not isinstance(policy, OpenAIPolicy):
+            raise ConfigError("An expert teacher corrects a model: it needs a model policy, not a model-free one.")
         self.config = config
         self.policy = policy
         self.renderer = renderer
         self.on_episode = on_episode
+        self.teacher = teacher
         self._env_kwargs = config.make_env_kwargs()
 
     async def run(self, skip: Collection[tuple[int, int]] = ()) -> list[TrajectoryRow]:
@@ -290,15 +298,32 @@ class EnvManager:
             max_tokens = min(max_tokens, room)
         policy = self.policy
         if isinstance(policy, OpenAIPolicy):
-            seed = self._turn_seed(episode)
-            if self.config.chat_mode:
-                messages = [message.model_dump() for message in episode.messages]
-                return await policy.complete_chat(messages, max_tokens=max_tokens, seed=seed,
-                                                  key=episode.id)
-            return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed,
-                                             key=episode.id)
+            generation = await self._sample(episode, policy, max_tokens)
+            return self._corrected(episode, generation, env) if self.teacher is not None else generation
         action = self._model_free_policy(episode).act(episode.messages[-1].content, env.unwrapped)
         return Generation(text=str(action), finish_reason="stop", learn=not isinstance(action, PlayOnly))
+
+    async def _sample(self, episode: _Episode, policy: OpenAIPolicy, max_tokens: int) -> Generation:
+        seed = self._turn_seed(episode)
+        if self.config.chat_mode:
+            messages = [message.model_dump() for message in episode.messages]
+            return await policy.complete_chat(messages, max_tokens=max_tokens, seed=seed, key=episode.id)
+        return await policy.complete_ids(episode.context, max_tokens=max_tokens, seed=seed, key=episode.id)
+
+    def _corrected(self, episode: _Episode, generation: Generation, env: Any) -> Generation:
+        """The model's turn as the teacher rules: learned as it is, played but not
+        learned, or replaced by the expert's move (learned; its tokens are not the
+        model's samples, so the row is flagged retokenized)."""
+        if episode.teacher is None:
+            assert self.teacher is not None
+            episode.teacher = self.teacher.for_episode(episode.seed, episode.index_in_group)
+        verdict = episode.teacher.review(generation.text, env.unwrapped)
+        if verdict is None:
+            return generation
+        if isinstance(verdict, PlayOnly):
+            generation.learn = False
+            return generation
+        return Generation(text=verdict, finish_reason="stop", policy_version=generation.policy_version)
 
     def _model_free_policy(self, episode: _Episode) -> Any:
         """The policy that plays ``episode``: a policy with ``for_episode`` (the random one)

@@ -6,7 +6,8 @@ policies (an OpenAI-compatible server) arrive with the env manager.
 An action may be a :class:`PlayOnly`: the env plays it and the row records
 its tokens, masked out of the loss. :class:`NoisyExpert` plays its random
 moves that way, so a demonstration shows the expert recovering from a
-mistake without teaching the mistake.
+mistake without teaching the mistake; :class:`ExpertCorrection` plays a
+model's own mistakes that way (DAgger).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from agentgym.core import TextEnv
 from agentgym.errors import ConfigError, PolicyError
 
-__all__ = ["NoisyExpert", "PlayOnly", "Policy", "RandomPolicy", "ScriptedPolicy"]
+__all__ = ["ExpertCorrection", "NoisyExpert", "PlayOnly", "Policy", "RandomPolicy", "ScriptedPolicy"]
 
 
 class PlayOnly(str):
@@ -133,13 +134,81 @@ class NoisyExpert:
     def _recoverable_random_move(self, env: TextEnv) -> str | None:
         for _ in range(self.tries):
             move = env.random_action(self.rng)
-            trial = copy.deepcopy(env)
-            observation, _, terminated, _, _ = trial.step(move)
-            if terminated:  # the random move ended the game (solved it): nothing left to label
+            if expert_can_go_on(self.expert, env, move):
                 return move
-            try:
-                self.expert.act(observation, trial)
-            except PolicyError:
-                continue
-            return move
         return None
+
+
+def expert_can_go_on(expert: Any, env: TextEnv, action: str) -> bool:
+    """Whether ``expert`` could still play after ``action``, tried on a copy of ``env``
+    (True too when the action ends the game: nothing is left to label)."""
+    trial = copy.deepcopy(env)
+    observation, _, terminated, _, _ = trial.step(action)
+    if terminated:
+        return True
+    try:
+        expert.act(observation, trial)
+    except PolicyError:
+        return False
+    return True
+
+
+class ExpertCorrection:
+    """DAgger (Ross et al. 2011): a model plays, an expert says what it should have played.
+
+    Imitation learned from the expert's states alone fails in the states the
+    model's own mistakes lead to (a tiny Sokoban model loops against a wall
+    it never saw the expert face). Here the model plays and every turn is
+    checked against the expert's move from the same position:
+
+    - they agree: the model's turn stands and is learned (it is the expert's move);
+    - they disagree: with probability ``model_share`` the model's move is
+      played as :class:`PlayOnly` (kept in the context, never learned), so
+      the episode goes on into the states its mistakes lead to, where the
+      expert's later moves are the labels; otherwise the expert's move is
+      played and learned, a label in a state the model reached itself.
+
+    A model move after which the expert could not go on (a box pushed into a
+    corner) is never played: the expert's is, and learned.
+    """
+
+    def __init__(self, expert: Any, model_share: float, seed: int | None = None) -> None:
+        if not 0.0 <= model_share <= 1.0:
+            raise ConfigError(f"The model's share of the disagreeing turns is a probability in [0, 1], "
+                              f"got {model_share}.")
+        self.expert, self.model_share, self.seed = expert, model_share, seed
+        self.rng = _episode_rng(seed, ())
+
+    def for_episode(self, *key: int) -> ExpertCorrection:
+        """A copy whose RNG is drawn from this seed and ``key`` (see :meth:`RandomPolicy.for_episode`)."""
+        teacher = type(self)(self.expert, self.model_share, self.seed)
+        teacher.rng = _episode_rng(self.seed, key)
+        return teacher
+
+    def review(self, action: str, env: TextEnv) -> str | None:
+        """None when the model's ``action`` stands (learned); otherwise what to play instead:
+        the expert's move (learned) or the model's own as a :class:`PlayOnly`."""
+        try:
+            expert_action = self.expert.act("", env)
+        except PolicyError:  # the expert cannot label this position: play on, learn nothing
+            return PlayOnly(action)
+        if _same_move(env, action, expert_action):
+            return None
+        if self.rng.random() < self.model_share and expert_can_go_on(self.expert, env, action):
+            return PlayOnly(action)
+        return expert_action
+
+
+def _same_move(env: TextEnv, action: str, other: str) -> bool:
+    """Whether two actions are the same move: the same text, or valid actions that
+    leave copies of ``env`` in the same state (``<answer> up </answer>`` is ``<answer>Up</answer>``)."""
+    if action.strip() == other.strip():
+        return True
+    states = []
+    for move in (action, other):
+        trial = copy.deepcopy(env)
+        _, _, _, _, info = trial.step(move)
+        if not info.get("action_valid", True):
+            return False
+        states.append(trial.render_text())
+    return states[0] == states[1]

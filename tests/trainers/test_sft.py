@@ -18,7 +18,14 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
-from agentgym.trainers.sft import length_grouped_order, load_model_and_tokenizer, run_sft, sft_dataset, sft_train
+from agentgym.trainers.sft import (
+    length_grouped_order,
+    load_model_and_tokenizer,
+    run_sft,
+    sft_dataset,
+    sft_train,
+    trajectory_files,
+)
 
 BANDIT = "Bandit-LLM-v0"
 
@@ -77,6 +84,27 @@ def test_sft_needs_a_rollout_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
         run_sft(TrainConfig(trainer="sft", backend="trl", trajectories=str(tmp_path / "none.parquet"),
                             out=str(tmp_path)))
+
+
+def test_sft_reads_several_rollout_files_a_repeated_one_counting_twice(tokenizer: Any, tiny_model: str,
+                                                                        tmp_path: Path) -> None:
+    """Demonstrations and DAgger rows train together: --trajectories a.parquet,b.parquet."""
+    files = {"a": _random_rows(tokenizer, episodes=6, seed=1), "b": _random_rows(tokenizer, episodes=10, seed=2)}
+    for name, rows in files.items():
+        with RolloutWriter(tmp_path / f"{name}.parquet") as writer:
+            writer.add(rows)
+    wins = {name: sum(row.success for row in rows) for name, rows in files.items()}
+    assert all(wins.values())
+    spec = f"{tmp_path / 'a.parquet'}, {tmp_path / 'b.parquet'},{tmp_path / 'b.parquet'}"
+    assert trajectory_files(spec) == [tmp_path / "a.parquet", tmp_path / "b.parquet", tmp_path / "b.parquet"]
+    result = run_sft(TrainConfig(trainer="sft", backend="trl", trajectories=spec, out=str(tmp_path / "run"),
+                                 steps=1, micro_batch_size=2, model=tiny_model))
+    assert result.metrics[0]["train_rows"] == wins["a"] + 2 * wins["b"]
+
+    with pytest.raises(ConfigError, match=r"no such file: .*x\.parquet, .*y\.parquet"):
+        trajectory_files(f"{tmp_path / 'a.parquet'},{tmp_path / 'x.parquet'},{tmp_path / 'y.parquet'}")
+    with pytest.raises(ConfigError, match="names no file"):
+        trajectory_files(" , ")
 
 
 @pytest.mark.slow
