@@ -49,22 +49,31 @@ def _group_key(row: TrajectoryRow) -> tuple[str, int, int]:
 
 
 def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo",
-                   *, filter_zero_variance: bool = False) -> list[float | None]:
+                   *, filter_zero_variance: bool = False,
+                   filter_uniform_success: bool = False) -> list[float | None]:
     """One advantage per row from its episode's reward against its group's.
 
     An episode split into several rows gives each of them its advantage. A
     group is every episode sharing (env, seed, group_id); groups may differ in
     size. With ``filter_zero_variance`` a group whose rewards are all equal
-    gets ``None`` (skip it: its advantage is zero everywhere).
+    gets ``None`` (skip it: its advantage is zero everywhere); with
+    ``filter_uniform_success`` so does a group whose episodes all succeeded or
+    all failed (DAPO's filter: whatever its rewards differ by, it says nothing
+    about what wins).
     """
     episodes: dict[tuple[str, int, int], dict[str, float]] = defaultdict(dict)
+    successes: dict[tuple[str, int, int], set[bool]] = defaultdict(set)
     for row in rows:
         episodes[_group_key(row)][row.episode_id] = row.reward
+        successes[_group_key(row)].add(row.success)
     by_episode: dict[str, float | None] = {}
-    for members in episodes.values():
+    for key, members in episodes.items():
         rewards = torch.tensor(list(members.values()), dtype=torch.float64)
-        if len(members) < 2 or (filter_zero_variance and float(rewards.max() - rewards.min()) <= 1e-6):
-            by_episode.update(dict.fromkeys(members, None if filter_zero_variance else 0.0))
+        uniform = (filter_zero_variance and float(rewards.max() - rewards.min()) <= 1e-6) or (
+            filter_uniform_success and len(successes[key]) == 1)
+        if len(members) < 2 or uniform:
+            filtered = filter_zero_variance or filter_uniform_success
+            by_episode.update(dict.fromkeys(members, None if filtered else 0.0))
             continue
         advantages = group_advantages(rewards, len(members), method).tolist()
         by_episode.update(zip(members, advantages))
@@ -149,7 +158,8 @@ def turn_credit_share(per_turn: dict[str, list[float]]) -> float:
 
 
 def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo", *,
-                     filter_zero_variance: bool = False, turn_weight: float = 0.0,
+                     filter_zero_variance: bool = False, filter_uniform_success: bool = False,
+                     turn_weight: float = 0.0,
                      turn_discount: float = 0.95,
                      per_turn: dict[str, list[float]] | None = None) -> list[list[float] | None]:
     """One advantage per completion token of each row (None: skip the row).
@@ -157,11 +167,13 @@ def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "g
     Every sampled token gets its episode's advantage (:func:`row_advantages`);
     with ``turn_weight`` > 0, GiGPO's combination: plus ``turn_weight`` times its
     turn's advantage (:func:`turn_advantages`). Env tokens get 0 (they carry no
-    loss). With ``filter_zero_variance`` a group is skipped only when neither
-    level has anything to teach: equal episode rewards and no turn advantage.
+    loss). With ``filter_zero_variance`` (or ``filter_uniform_success``) a group
+    is skipped only when neither level has anything to teach: equal episode
+    rewards (or outcomes) and no turn advantage.
     ``per_turn``: :func:`turn_advantages` of these rows, when the caller has it already.
     """
-    episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance)
+    episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance,
+                                   filter_uniform_success=filter_uniform_success)
     if per_turn is None:
         per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
     turns_before = _turns_before(rows)

@@ -139,6 +139,12 @@ class TrainConfig:
     """Group advantage: grpo, grpo_no_std, dr_grpo or rloo."""
     filter_zero_variance: bool = True
     """Skip groups whose rewards are all equal (zero advantage: they only cost compute)."""
+    filter_uniform_success: bool = False
+    """Also skip groups whose episodes all succeeded or all failed (DAPO's dynamic-sampling filter,
+    Yu et al. 2025). Where rewards carry a cost per turn such groups are rarely all equal, yet
+    their differences are only turn counts: with a strong start model they are most of a step
+    and drown out the few groups that say what wins. Pair it with more --episodes-per-step: the
+    skipped groups cost rollout time, not training time."""
     turn_advantage_weight: float = 0.0
     """GiGPO (Feng et al. 2025): above 0, each turn's tokens also get this times the turn's own
     advantage, its discounted return against the other turns of the group that acted on the same

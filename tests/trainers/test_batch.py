@@ -44,6 +44,20 @@ def test_zero_variance_groups_are_skipped_when_asked(make_row) -> None:
     assert row_advantages(rows, filter_zero_variance=False)[:2] == [0.0, 0.0]
 
 
+def test_groups_that_all_won_or_all_lost_are_skipped_when_asked(make_row) -> None:
+    """Rewards with a cost per turn differ inside a group that all won (or all lost): the
+    zero-variance filter keeps it, the outcome filter skips it; a mixed group stays."""
+    rows = [make_row(reward=0.9, group=0, index=0), make_row(reward=0.7, group=0, index=1),
+            make_row(reward=0.3, group=1, index=0), make_row(reward=0.1, group=1, index=1),
+            make_row(reward=1.0, group=2, index=0), make_row(reward=0.0, group=2, index=1)]
+    assert [row.success for row in rows] == [True, True, False, False, True, False]
+    assert None not in row_advantages(rows, "dr_grpo", filter_zero_variance=True)
+    outcome = row_advantages(rows, "dr_grpo", filter_uniform_success=True)
+    assert outcome[:4] == [None] * 4 and outcome[4:] == pytest.approx([0.5, -0.5])
+    tokens = token_advantages(rows, "dr_grpo", filter_zero_variance=True, filter_uniform_success=True)
+    assert tokens[:4] == [None] * 4 and all(value in (0.0, 0.5) for value in tokens[4])
+
+
 def test_rows_of_one_episode_share_its_advantage(make_row) -> None:
     first, second = make_row(reward=1.0, index=0), make_row(reward=1.0, index=0, row_index=1)
     other = make_row(reward=0.0, index=1)

@@ -158,6 +158,7 @@ class FSDPTrainer:
         """
         config = self.config
         return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
+                                filter_uniform_success=config.filter_uniform_success,
                                 turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount,
                                 per_turn=per_turn)
 
