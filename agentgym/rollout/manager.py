@@ -140,7 +140,7 @@ class _Episode:
     error: str | None = None
     #: a model-free policy's own copy for this episode (see ``_model_free_policy``)
     player: Any = None
-    #: the teacher's own copy for this episode (see ``_teacher_for``)
+    #: the teacher's own copy for this episode (see ``EnvManager._corrected``)
     teacher: ExpertCorrection | None = None
     started: float = field(default_factory=time.monotonic)
 

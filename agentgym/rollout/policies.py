@@ -21,7 +21,8 @@ import numpy as np
 from agentgym.core import TextEnv
 from agentgym.errors import ConfigError, PolicyError
 
-__all__ = ["ExpertCorrection", "NoisyExpert", "PlayOnly", "Policy", "RandomPolicy", "ScriptedPolicy", "expert_can_go_on"]
+__all__ = ["ExpertCorrection", "NoisyExpert", "PlayOnly", "Policy", "RandomPolicy", "ScriptedPolicy",
+           "expert_can_go_on"]
 
 
 class PlayOnly(str):
