@@ -66,14 +66,14 @@ def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grp
     for row in rows:
         episodes[_group_key(row)][row.episode_id] = row.reward
         successes[_group_key(row)].add(row.success)
+    skipped = None if filter_zero_variance or filter_uniform_success else 0.0  # a filtered group's value
     by_episode: dict[str, float | None] = {}
     for key, members in episodes.items():
         rewards = torch.tensor(list(members.values()), dtype=torch.float64)
-        uniform = (filter_zero_variance and float(rewards.max() - rewards.min()) <= 1e-6) or (
-            filter_uniform_success and len(successes[key]) == 1)
-        if len(members) < 2 or uniform:
-            filtered = filter_zero_variance or filter_uniform_success
-            by_episode.update(dict.fromkeys(members, None if filtered else 0.0))
+        equal_rewards = filter_zero_variance and float(rewards.max() - rewards.min()) <= 1e-6
+        one_outcome = filter_uniform_success and len(successes[key]) == 1
+        if len(members) < 2 or equal_rewards or one_outcome:
+            by_episode.update(dict.fromkeys(members, skipped))
             continue
         advantages = group_advantages(rewards, len(members), method).tolist()
         by_episode.update(zip(members, advantages))

@@ -143,7 +143,7 @@ class TrainConfig:
     """Also skip groups whose episodes all succeeded or all failed (DAPO's dynamic-sampling filter,
     Yu et al. 2025). Where rewards carry a cost per turn such groups are rarely all equal, yet
     their differences are only turn counts: with a strong start model they are most of a step
-    and drown out the few groups that say what wins. Pair it with more --episodes-per-step: the
+    and can drown out the few groups that say what wins. Pair it with more --episodes-per-step: the
     skipped groups cost rollout time, not training time."""
     turn_advantage_weight: float = 0.0
     """GiGPO (Feng et al. 2025): above 0, each turn's tokens also get this times the turn's own

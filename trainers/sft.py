@@ -290,7 +290,9 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
                           "(make one with `agentgym rollout --env ENV --out FILE`, e.g. --policy solver "
                           "for demonstrations).")
     out = Path(config.out)
-    rows = [row for path in trajectory_files(config.trajectories) for row in read_rows(path)]
+    paths = trajectory_files(config.trajectories)
+    loaded = {path: read_rows(path) for path in dict.fromkeys(paths)}  # a file named twice is read once
+    rows = [row for path in paths for row in loaded[path]]
     dataset = sft_dataset(rows, only_successful=True)
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
     config.save_yaml(out / "config.yaml")

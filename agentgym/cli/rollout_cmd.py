@@ -85,8 +85,8 @@ def rollout_command(
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
-        player = Player(policy, model, urls, api_key, temperature, expert_noise, dagger)
-        teacher = _teacher(player, config)  # before the server starts: an env without an expert fails fast
+        player = Player(policy, model, urls, api_key, temperature, expert_noise)
+        teacher = _teacher(dagger, config)  # before the server starts: an env without an expert fails fast
         with _ray_session(ray, ray_actors) as ray_options:
             rows = asyncio.run(_run(config, player, out, resume, show, ray_options, teacher))
     except AgentGymError as exc:
@@ -108,9 +108,6 @@ class Player:
     temperature: float
     #: the chance of a random (unlearned) move per turn of the expert (--policy solver)
     expert_noise: float = 0.0
-    #: with a model: the chance that a wrong move of the model is played rather than the
-    #: expert's (DAgger; None: no expert checks the model)
-    dagger: float | None = None
 
 
 async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: bool,
@@ -191,14 +188,15 @@ def _model_free(player: Player, config: RolloutConfig) -> Any:
     return RandomPolicy(seed=config.seed)
 
 
-def _teacher(player: Player, config: RolloutConfig) -> Any:
-    """The expert that corrects the model under --dagger (ConfigError for an env that has none)."""
-    if player.dagger is None:
+def _teacher(dagger: float | None, config: RolloutConfig) -> Any:
+    """The expert that corrects the model under --dagger (None without it; ConfigError for an
+    env that has no expert)."""
+    if dagger is None:
         return None
     from agentgym.rollout.experts import expert_policy
     from agentgym.rollout.policies import ExpertCorrection
 
-    return ExpertCorrection(expert_policy(config.env_id), player.dagger, seed=config.seed)
+    return ExpertCorrection(expert_policy(config.env_id), dagger, seed=config.seed)
 
 
 def expand_bare_ray(args: list[str]) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -50,23 +50,30 @@ class Policy(Protocol):
         ...
 
 
-class RandomPolicy:
-    """A random well-formed move (the env's ``random_action``), from its own seeded RNG."""
+class _RngPerEpisode:
+    """``for_episode`` for anything that draws from ``self.rng`` and keeps its ``seed``."""
 
-    def __init__(self, seed: int | None = None) -> None:
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
+    seed: int | None
+    rng: np.random.Generator
 
-    def for_episode(self, *key: int) -> RandomPolicy:
+    def for_episode(self, *key: int) -> Self:
         """A copy whose RNG is drawn from this seed and ``key`` (the episode's seed and index).
 
         The rollout manager plays many episodes at once; one shared RNG would
         hand out draws in scheduling order, so a rerun with the same seed
         would play different moves. Unseeded policies stay unseeded.
         """
-        policy = RandomPolicy(self.seed)
-        policy.rng = _episode_rng(self.seed, key)
-        return policy
+        episode_copy = copy.copy(self)
+        episode_copy.rng = _episode_rng(self.seed, key)
+        return episode_copy
+
+
+class RandomPolicy(_RngPerEpisode):
+    """A random well-formed move (the env's ``random_action``), from its own seeded RNG."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
 
     def act(self, observation: str, env: TextEnv) -> str:
         return env.random_action(self.rng)
@@ -95,7 +102,7 @@ class ScriptedPolicy:
         return self.script[self.position - 1]
 
 
-class NoisyExpert:
+class NoisyExpert(_RngPerEpisode):
     """An expert that, with probability ``noise`` each turn, plays a random move instead.
 
     Imitation of clean demonstrations compounds its errors: the learner never
@@ -118,12 +125,6 @@ class NoisyExpert:
                               f"the expert), got {noise}.")
         self.expert, self.noise, self.seed, self.tries = expert, noise, seed, tries
         self.rng = _episode_rng(seed, ())
-
-    def for_episode(self, *key: int) -> NoisyExpert:
-        """A copy whose RNG is drawn from this seed and ``key`` (see :meth:`RandomPolicy.for_episode`)."""
-        policy = type(self)(self.expert, self.noise, self.seed, self.tries)
-        policy.rng = _episode_rng(self.seed, key)
-        return policy
 
     def act(self, observation: str, env: TextEnv) -> str:
         if self.noise and self.rng.random() < self.noise:
@@ -154,7 +155,7 @@ def expert_can_go_on(expert: Any, env: TextEnv, action: str) -> bool:
     return True
 
 
-class ExpertCorrection:
+class ExpertCorrection(_RngPerEpisode):
     """DAgger (Ross et al. 2011): a model plays, an expert says what it should have played.
 
     Imitation learned from the expert's states alone fails in the states the
@@ -179,12 +180,6 @@ class ExpertCorrection:
                               f"got {model_share}.")
         self.expert, self.model_share, self.seed = expert, model_share, seed
         self.rng = _episode_rng(seed, ())
-
-    def for_episode(self, *key: int) -> ExpertCorrection:
-        """A copy whose RNG is drawn from this seed and ``key`` (see :meth:`RandomPolicy.for_episode`)."""
-        teacher = type(self)(self.expert, self.model_share, self.seed)
-        teacher.rng = _episode_rng(self.seed, key)
-        return teacher
 
     def review(self, action: str, env: TextEnv) -> str | None:
         """None when the model's ``action`` stands (learned); otherwise what to play instead:
