@@ -122,8 +122,16 @@ def test_same_seed_same_level_and_seeds_differ() -> None:
     assert len(set(levels)) >= 45
 
 
+def test_the_turn_limit_does_not_change_the_level_a_seed_deals() -> None:
+    """A training run's shorter turn limit must play the levels its eval plays, not easier ones."""
+    levels = {turns: [SokobanEnv(max_turns=turns).reset(seed=seed)[0] for seed in range(30)] for turns in (30, 12)}
+    assert levels[12] == levels[30]
+    shorter = [SokobanEnv(walk_moves=12).reset(seed=seed)[0] for seed in range(30)]
+    assert shorter != levels[30]  # the walk's length is what makes the level
+
+
 @pytest.mark.parametrize(("dim_room", "num_boxes"), [((6, 6), 1), ((7, 7), 2), ((6, 8), 1)])
-def test_every_generated_level_is_solvable_within_the_turn_limit(dim_room: tuple, num_boxes: int) -> None:
+def test_every_generated_level_is_solvable_within_the_walk(dim_room: tuple, num_boxes: int) -> None:
     env = SokobanEnv(dim_room=dim_room, num_boxes=num_boxes)
     lengths = []
     for seed in range(200):
@@ -132,7 +140,7 @@ def test_every_generated_level_is_solvable_within_the_turn_limit(dim_room: tuple
         assert len(level.boxes) == num_boxes and not level.boxes & level.targets
         assert (level.height, level.width) == dim_room
         moves = shortest_solution(level)
-        assert moves is not None and moves <= env.max_turns, f"seed {seed}"
+        assert moves is not None and moves <= env.walk_moves, f"seed {seed}"
         lengths.append(moves)
     assert sum(lengths) / len(lengths) >= 3  # not trivial on average
 
