@@ -27,6 +27,7 @@ import yaml
 
 from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, UnknownTrainerError
+from agentgym.rollout.seeds import read_seeds
 from agentgym.trainers.algorithms import AdvantageMethod, Correction, CorrectionLevel, LossAggregation, LossConfig
 
 __all__ = ["Backend", "LRSchedule", "TrainConfig"]
@@ -99,6 +100,10 @@ class TrainConfig:
     """Episodes per optimiser step of the format warm-up (taken in turn, round and round)."""
     format_warmup_lr: float | None = 3e-3
     """Learning rate of the format warm-up (None: ``lr``)."""
+    level_seeds: str | None = None
+    """Play only these levels: a file of seeds, one per line (``agentgym eval --failed-seeds-out``
+    writes the levels a model failed). Each step takes the next groups, round and round; none: every
+    step plays new seeds. Keep the file apart from the eval's seeds."""
     max_staleness: int = 1
     """Drop rows sampled by a policy more than this many versions older than the trainer's."""
 
@@ -220,6 +225,8 @@ class TrainConfig:
             raise ConfigError(f"mini_batches ({self.mini_batches}) cannot exceed episodes_per_step "
                               f"({self.episodes_per_step}).")
         self.loss_config()  # LossConfig checks the loss fields
+        # read now, so a bad file fails before the run starts; not a field: the config keeps the path
+        self._levels = read_seeds(self.level_seeds) if self.level_seeds is not None else None
 
     def _read_float_strings(self) -> None:
         """YAML reads ``1e-3`` (no dot) as a string: take it as the number it is for float fields."""
@@ -316,9 +323,13 @@ class TrainConfig:
     def groups_per_step(self) -> int:
         return self.episodes_per_step // self.group_size
 
-    def step_seed(self, step: int) -> int:
-        """Seed of group 0 of ``step``'s rollout (each step plays new seeds)."""
-        return self.seed * 1_000_003 + step * self.groups_per_step
+    def step_seeds(self, step: int) -> list[int]:
+        """The seed of each group of ``step``'s rollout: new ones every step (a run's seeds start at
+        ``seed * 1_000_003``), or the next ones of ``level_seeds``, round and round."""
+        groups = range(step * self.groups_per_step, (step + 1) * self.groups_per_step)
+        if self._levels is None:
+            return [self.seed * 1_000_003 + group for group in groups]
+        return [self._levels[group % len(self._levels)] for group in groups]
 
     # -- YAML and overrides -----------------------------------------------------
 

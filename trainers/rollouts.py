@@ -1,6 +1,6 @@
 """The episodes a training run plays: each step's rollout, and the format warm-up's.
 
-Every step plays new seeds (``TrainConfig.step_seed``) and seeds the
+Every step plays new seeds (``TrainConfig.step_seeds``; or levels from a file) and seeds the
 server's sampler per turn, so a rerun (or a resumed run) plays the very same
 episodes. The format warm-up's episodes come from the env's own random
 well-formed policy (``env.random_action``): they teach the action format,
@@ -48,7 +48,7 @@ def rollout_config(config: TrainConfig, step: int, **changes: Any) -> RolloutCon
         "env_id": config.env_id, "env_kwargs": dict(config.env_kwargs), "episodes": config.episodes_per_step,
         "group_size": config.group_size, "concurrency": config.concurrency, "max_turns": config.max_turns,
         "max_context_tokens": config.max_context_tokens, "max_tokens_per_turn": config.max_tokens,
-        "seed": config.step_seed(step), "sampling_seed": config.seed * 7_777 + step,
+        "seeds": config.step_seeds(step), "sampling_seed": config.seed * 7_777 + step,
     }
     return RolloutConfig(**{**values, **changes})
 
@@ -83,7 +83,7 @@ async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> lis
     rollout = rollout_config(
         config, 0, episodes=config.format_warmup_episodes, group_size=1,
         concurrency=1,  # one at a time: the random policy's draws stay in order
-        seed=config.seed + _WARMUP_SEED_OFFSET, sampling_seed=None)
+        seed=config.seed + _WARMUP_SEED_OFFSET, seeds=None, sampling_seed=None)
     policy = RandomPolicy(seed=config.seed)
     return await EnvManager(rollout, policy, renderer=renderer).run()
 

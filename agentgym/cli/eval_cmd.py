@@ -8,7 +8,9 @@ the ``final`` (or a checkpoint) folder of an ``agentgym train`` run, the result
 is added to ``RUN_DIR/eval.json``, which ``agentgym report`` shows. With
 ``--episodes-out FILE`` every episode is also written to Parquet, in the rows
 of ``agentgym rollout`` (``agentgym view FILE`` replays them; two models'
-files compare level by level)::
+files compare level by level). ``--failed-seeds-out FILE`` writes the seeds of the
+levels the policy failed, one per line, for ``agentgym train -s level_seeds=FILE``
+(RL on the levels the model still fails; use seeds apart from the eval's)::
 
     agentgym eval --env Sokoban-LLM-v0 --model runs/sft/final --episodes 200 --seed-offset 100000
     agentgym eval --env Sokoban-LLM-v0 --policy solver -k dim_room=[7,7] -k num_boxes=2
@@ -44,6 +46,7 @@ from agentgym.cli.rollout_cmd import Player, PolicyName, episode_progress, playi
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.rows import TrajectoryRow, first_rows
+from agentgym.rollout.seeds import write_seeds
 
 __all__ = ["EVAL_FILE", "EvalResult", "add_result", "eval_command", "result_table", "run_dir_of",
            "summarize"]
@@ -107,11 +110,16 @@ def eval_command(
     out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
     episodes_out: Annotated[Path | None, typer.Option(
         "--episodes-out", help="Also write every episode to this Parquet file (agentgym view shows them).")] = None,
+    failed_seeds_out: Annotated[Path | None, typer.Option(
+        "--failed-seeds-out", help="Also write the seeds of the failed levels to this file, one per line "
+                                   "(for agentgym train -s level_seeds=FILE).")] = None,
     env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
     if episodes_out is not None and episodes_out.exists():
         raise fail(f"{episodes_out} already exists: choose another --episodes-out, or remove it.")
+    if failed_seeds_out is not None and failed_seeds_out.exists():
+        raise fail(f"{failed_seeds_out} already exists: choose another --failed-seeds-out, or remove it.")
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
@@ -128,6 +136,8 @@ def eval_command(
                        seed_offset=seed_offset, temperature=temperature)
     result.seconds = round(time.monotonic() - started, 1)
     console.print(result_table(result))
+    if failed_seeds_out is not None:
+        _write_failed_seeds(failed_seeds_out, rows, who)
     if result.failed:
         console.print(f"[yellow]{result.failed} episode(s) stopped with an error and count as failures "
                       f"({escape(_errors(rows))}): the success rate measures the machine as well as the policy. "
@@ -136,6 +146,16 @@ def eval_command(
     if run_dir is not None:
         path = add_result(run_dir, result)
         console.print(f"Result added to {escape(str(path))} (agentgym report {escape(str(run_dir))} shows it).")
+
+
+def _write_failed_seeds(path: Path, rows: list[TrajectoryRow], who: str) -> None:
+    """The seeds of the episodes that ended unsolved; an episode stopped by an error (a timeout,
+    the server) is left out: it says nothing about the level."""
+    from agentgym.rollout.seeds import write_seeds
+
+    seeds = sorted({row.seed for row in first_rows(rows) if not row.success and row.error is None})
+    count = write_seeds(path, seeds, comment=f"levels {who} failed (agentgym eval --failed-seeds-out)")
+    console.print(f"{count} failed level(s) written to {escape(str(path))}.")
 
 
 def _errors(rows: list[TrajectoryRow]) -> str:

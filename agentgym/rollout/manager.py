@@ -55,6 +55,9 @@ class RolloutConfig:
     episode_timeout: float = 600.0
     #: seed of group 0; group g plays seed + g
     seed: int = 0
+    #: or each group's seed, in order (one per group; replaces ``seed``): a list of levels
+    #: to play, such as the ones a model failed (agentgym.rollout.seeds)
+    seeds: list[int] | None = None
     #: use chat completions and retokenize (for servers that return no token ids)
     chat_mode: bool = False
     #: seed the server's sampler: each turn of each episode asks for its own seed drawn
@@ -73,6 +76,9 @@ class RolloutConfig:
                 f"episodes ({self.episodes}) must be a multiple of group_size ({self.group_size}) "
                 "so every group is complete."
             )
+        if self.seeds is not None and len(self.seeds) != self.episodes // self.group_size:
+            raise ConfigError(f"seeds holds {len(self.seeds)} seeds for {self.episodes // self.group_size} "
+                              "groups: give one seed per group.")
         self._check_env_kwargs()
 
     def make_env_kwargs(self) -> dict[str, Any]:
@@ -88,6 +94,10 @@ class RolloutConfig:
             agentgym.make(self.env_id, **self.make_env_kwargs()).close()
         except TypeError as exc:
             raise ConfigError(f"{self.env_id} does not take those arguments: {exc}") from exc
+
+    def group_seed(self, group: int) -> int:
+        """The seed ``group`` plays."""
+        return self.seeds[group] if self.seeds is not None else self.seed + group
 
     def episode_keys(self) -> list[tuple[int, int]]:
         """(group, index in group) of every episode of the run."""
@@ -229,7 +239,7 @@ class EnvManager:
         self, group: int, index: int, semaphore: asyncio.Semaphore, pool: ThreadPoolExecutor
     ) -> list[TrajectoryRow]:
         async with semaphore:
-            seed = self.config.seed + group
+            seed = self.config.group_seed(group)
             episode_id = f"{self.config.env_id}/s{seed}/g{group}/e{index}"
             episode = _Episode(group, index, seed=seed, id=episode_id)
             try:

@@ -14,8 +14,10 @@ from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.cli.eval_cmd import EVAL_FILE, EvalResult, add_result, run_dir_of
+from agentgym.rollout.seeds import read_seeds
 from agentgym.rollout.storage import read_rows
 from agentgym.trainers import report
+from agentgym.trainers.config import TrainConfig
 
 runner = CliRunner()
 COMPARE_EVALS = Path(__file__).parents[2] / "scripts" / "compare_evals.py"
@@ -66,6 +68,24 @@ def test_episodes_out_keeps_every_episode_and_a_rerun_repeats_them(tmp_path: Pat
                                 "--episodes-out", str(tmp_path / "a.parquet")], terminal_width=200)
     assert again.exit_code == 2 and "already exists: choose another --episodes-out" in _flat(again.output)
     assert (tmp_path / "a.parquet").read_bytes() == before
+
+
+def test_failed_seeds_out_names_the_levels_lost_and_train_reads_them(tmp_path: Path) -> None:
+    seeds_file, episodes = tmp_path / "hard.txt", tmp_path / "random.parquet"
+    result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "12",
+                                 "--max-turns", "3", "--episodes-out", str(episodes),
+                                 "--failed-seeds-out", str(seeds_file)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    lost = sorted(row.seed for row in read_rows(episodes) if not row.success)
+    assert lost and read_seeds(seeds_file) == lost
+    assert f"{len(lost)} failed level(s) written to" in _flat(result.output)
+    config = TrainConfig(env_id="Sokoban-LLM-v0", episodes_per_step=8, group_size=8, level_seeds=str(seeds_file))
+    assert [config.step_seeds(step)[0] for step in range(len(lost))] == lost
+
+    again = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "2",
+                                "--failed-seeds-out", str(seeds_file)], terminal_width=200)
+    assert again.exit_code == 2 and "already exists: choose another --failed-seeds-out" in _flat(again.output)
+    assert read_seeds(seeds_file) == lost
 
 
 @pytest.mark.parametrize("command", ["eval", "rollout"])

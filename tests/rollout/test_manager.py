@@ -58,6 +58,17 @@ def test_groups_share_a_seed_and_rows_say_which_episode(stub: StubServer, render
     assert len(first) == 1  # same level for the whole group
 
 
+def test_a_seed_list_names_each_groups_level(stub: StubServer, renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=6, group_size=2, max_turns=1, seeds=[42, 5, 42])
+    rows = run(config, stub.base_url, renderer)
+    assert sorted({(r.group_id, r.seed) for r in rows}) == [(0, 42), (1, 5), (2, 42)]
+    assert len({r.episode_id for r in rows}) == 6  # a level named twice is two groups, not one
+    level = {g: r.messages[1].content for r in rows for g in [r.group_id]}
+    assert level[0] == level[2] != level[1]
+    with pytest.raises(ConfigError, match="seeds holds 2 seeds for 3 groups"):
+        RolloutConfig(env_id="Sokoban-LLM-v0", episodes=6, group_size=2, seeds=[1, 2])
+
+
 def test_the_context_budget_truncates_the_episode(stub: StubServer, renderer: ChatRenderer) -> None:
     prompt = len(renderer.prompt_ids(*_first_turn()))
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_context_tokens=prompt + 40)

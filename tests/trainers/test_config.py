@@ -75,8 +75,27 @@ def test_bad_yaml_files_say_what_is_wrong(tmp_path: Path) -> None:
 
 def test_each_step_plays_new_seeds() -> None:
     config = TrainConfig(env_id="Bandit-LLM-v0", episodes_per_step=32, group_size=8)
-    seeds = [config.step_seed(step) + group for step in range(5) for group in range(config.groups_per_step)]
-    assert len(set(seeds)) == len(seeds)
+    seeds = [seed for step in range(5) for seed in config.step_seeds(step)]
+    assert len(seeds) == 5 * config.groups_per_step and len(set(seeds)) == len(seeds)
+
+
+def test_a_seed_file_gives_the_steps_its_levels_round_and_round(tmp_path: Path) -> None:
+    (tmp_path / "hard.txt").write_text("# levels the model failed\n7\n\n3  # a comment\n11\n")
+    config = TrainConfig(env_id="Bandit-LLM-v0", episodes_per_step=16, group_size=8,
+                         level_seeds=str(tmp_path / "hard.txt"))
+    assert [config.step_seeds(step) for step in range(3)] == [[7, 3], [11, 7], [3, 11]]
+    assert config.updated({"steps": 3}).step_seeds(1) == [11, 7]  # the path is kept, the file read again
+
+
+def test_a_bad_seed_file_fails_when_the_config_is_made(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="Cannot read the seed file .*missing.txt.*--failed-seeds-out"):
+        TrainConfig(env_id="Bandit-LLM-v0", level_seeds=str(tmp_path / "missing.txt"))
+    (tmp_path / "bad.txt").write_text("12\nlevel 4\n")
+    with pytest.raises(ConfigError, match=r"bad.txt, line 2: 'level 4' is not a seed"):
+        TrainConfig(env_id="Bandit-LLM-v0", level_seeds=str(tmp_path / "bad.txt"))
+    (tmp_path / "empty.txt").write_text("# nothing yet\n")
+    with pytest.raises(ConfigError, match="holds no seed"):
+        TrainConfig(env_id="Bandit-LLM-v0", level_seeds=str(tmp_path / "empty.txt"))
 
 
 def test_with_no_backend_named_a_trainer_runs_on_its_own_default() -> None:
