@@ -151,8 +151,6 @@ def eval_command(
 def _write_failed_seeds(path: Path, rows: list[TrajectoryRow], who: str) -> None:
     """The seeds of the episodes that ended unsolved; an episode stopped by an error (a timeout,
     the server) is left out: it says nothing about the level."""
-    from agentgym.rollout.seeds import write_seeds
-
     seeds = sorted({row.seed for row in first_rows(rows) if not row.success and row.error is None})
     count = write_seeds(path, seeds, comment=f"levels {who} failed (agentgym eval --failed-seeds-out)")
     console.print(f"{count} failed level(s) written to {escape(str(path))}.")
