@@ -116,10 +116,9 @@ def eval_command(
     env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
-    if episodes_out is not None and episodes_out.exists():
-        raise fail(f"{episodes_out} already exists: choose another --episodes-out, or remove it.")
-    if failed_seeds_out is not None and failed_seeds_out.exists():
-        raise fail(f"{failed_seeds_out} already exists: choose another --failed-seeds-out, or remove it.")
+    for path, flag in ((episodes_out, "--episodes-out"), (failed_seeds_out, "--failed-seeds-out")):
+        if path is not None and path.exists():  # never overwrite what an earlier eval wrote
+            raise fail(f"{path} already exists: choose another {flag}, or remove it.")
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
