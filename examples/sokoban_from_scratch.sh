@@ -16,6 +16,8 @@
 # GRPO has not yet improved on an SFT model here: from the DAgger model it gave 81.5% with
 # GRPO_KL (the same levels as SFT alone) and 75.5% without, and 83.0% on the levels the DAgger
 # model failed (HARD_LEVELS=1800; paired with SFT 14 levels against 11, not significant).
+# Five more settings on those levels (temperature 0.7, GiGPO, shaping, both, the runs averaged)
+# gave 79.5 to 83.5%, none measurably above SFT (docs/results.md, last section).
 # Departures from the usual LLM recipe, and why:
 # - the env's `brief` instructions (one line instead of the rules): a model trained from scratch
 #   cannot read rules, and several hundred tokens of them dilute its attention and cost compute;
