@@ -101,6 +101,8 @@ fi
 # 2c. The levels the start model still fails, for GRPO to spend its episodes on.
 if (( HARD_LEVELS > 0 )); then
   rm -f "$OUT/hard_levels.txt"
+  # --out "$OUT": the mining result (training seeds, GRPO's turn limit) goes to the recipe's folder,
+  # not into the start model's report beside its eval on the unseen levels.
   "$AGENTGYM" eval "${ENV[@]}" --model "$START" --episodes "$HARD_LEVELS" --seed-offset 3000000 \
     --max-turns "$GRPO_TURNS" --failed-seeds-out "$OUT/hard_levels.txt" --out "$OUT"
   if grep -qv '^#' "$OUT/hard_levels.txt"; then
