@@ -78,7 +78,10 @@ class TrainConfig:
     episodes_per_step: int = 32
     """Model episodes per step; a multiple of ``group_size``."""
     max_turns: int | None = None
-    """Turn limit per episode (default: the env's)."""
+    """Turn limit per episode (default: the env's). It reaches the env, whose prompt names it."""
+    turn_budget: int | None = None
+    """Stop each episode after this many turns without telling the env (truncated): short
+    episodes in the prompt the eval uses, where ``max_turns`` would change the prompt too."""
     max_tokens: int = 16
     """Tokens one turn may sample."""
     max_context_tokens: int = 2048
@@ -275,8 +278,9 @@ class TrainConfig:
         for name in ("format_warmup_episodes", "format_warmup_steps", "max_staleness", "warmup_steps",
                      "sample_episodes"):
             check_number(name, getattr(self, name), minimum=0)
-        if self.max_turns is not None:
-            check_number("max_turns", self.max_turns, minimum=1)
+        for name in ("max_turns", "turn_budget"):
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), minimum=1)
         check_number("seed", self.seed, minimum=0)
         check_number("lr", self.lr, minimum=0.0, integer=False)
         check_number("temperature", self.temperature, minimum=0.0, integer=False)

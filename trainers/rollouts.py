@@ -47,6 +47,7 @@ def rollout_config(config: TrainConfig, step: int, **changes: Any) -> RolloutCon
     values: dict[str, Any] = {
         "env_id": config.env_id, "env_kwargs": dict(config.env_kwargs), "episodes": config.episodes_per_step,
         "group_size": config.group_size, "concurrency": config.concurrency, "max_turns": config.max_turns,
+        "turn_budget": config.turn_budget,
         "max_context_tokens": config.max_context_tokens, "max_tokens_per_turn": config.max_tokens,
         "seeds": config.step_seeds(step), "sampling_seed": config.seed * 7_777 + step,
     }

@@ -14,7 +14,8 @@ import agentgym
 from agentgym.errors import AgentGymError
 
 __all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
-           "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs"]
+           "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs",
+           "TurnBudgetOption"]
 
 console = Console(highlight=False)
 
@@ -22,7 +23,9 @@ ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, 
 
 # Options the playing commands (rollout, eval, envs, train) share; each command sets its own default.
 EnvKwargOption = Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)]
-MaxTurnsOption = Annotated[int | None, typer.Option(help="Turn limit (default: the env's).")]
+MaxTurnsOption = Annotated[int | None, typer.Option(help="Turn limit (default: the env's); the env's prompt names it.")]
+TurnBudgetOption = Annotated[int | None, typer.Option(
+    help="Stop each episode after this many turns without telling the env: short episodes, the prompt of the env's own limit.")]
 MaxTokensOption = Annotated[int, typer.Option(help="Tokens one turn may sample.")]
 MaxContextOption = Annotated[int, typer.Option(help="Tokens an episode may hold.")]
 ConcurrencyOption = Annotated[int, typer.Option(help="Episodes playing at once.")]

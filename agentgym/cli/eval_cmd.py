@@ -38,6 +38,7 @@ from agentgym.cli.common import (
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    TurnBudgetOption,
     console,
     fail,
     parse_env_kwargs,
@@ -103,6 +104,7 @@ def eval_command(
     seed_offset: Annotated[int, typer.Option(help="Seed of the first episode; keep it apart from training seeds.")] = 100_000,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
     max_turns: MaxTurnsOption = None,
+    turn_budget: TurnBudgetOption = None,
     max_tokens: MaxTokensOption = 32,
     max_context: MaxContextOption = 4096,
     concurrency: ConcurrencyOption = 32,
@@ -122,7 +124,7 @@ def eval_command(
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
-            concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
+            concurrency=concurrency, max_turns=max_turns, turn_budget=turn_budget, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed_offset, sampling_seed=seed_offset,
             episode_timeout=episode_timeout,
         )

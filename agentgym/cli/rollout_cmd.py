@@ -23,6 +23,7 @@ from agentgym.cli.common import (
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    TurnBudgetOption,
     console,
     fail,
     parse_env_kwargs,
@@ -54,6 +55,7 @@ def rollout_command(
     concurrency: ConcurrencyOption = 32,
     episode_timeout: EpisodeTimeoutOption = RolloutConfig.episode_timeout,
     max_turns: MaxTurnsOption = None,
+    turn_budget: TurnBudgetOption = None,
     max_tokens: MaxTokensOption = 64,
     max_context: MaxContextOption = 4096,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
@@ -81,7 +83,7 @@ def rollout_command(
     try:
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
-            concurrency=concurrency, max_turns=max_turns, max_context_tokens=max_context,
+            concurrency=concurrency, max_turns=max_turns, turn_budget=turn_budget, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None

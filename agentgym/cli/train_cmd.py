@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from agentgym.cli.common import EnvKwargOption, console, fail, parse_env_kwargs
+from agentgym.cli.common import EnvKwargOption, MaxTurnsOption, TurnBudgetOption, console, fail, parse_env_kwargs
 from agentgym.errors import AgentGymError
 
 __all__ = ["report_command", "train_command"]
@@ -35,7 +35,8 @@ def train_command(
     steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
     group_size: Annotated[int | None, typer.Option(help="Episodes per seed (a GRPO group).")] = None,
     episodes_per_step: Annotated[int | None, typer.Option(help="Episodes per step (a multiple of --group-size).")] = None,
-    max_turns: Annotated[int | None, typer.Option(help="Turn limit per episode (default: the env's).")] = None,
+    max_turns: MaxTurnsOption = None,
+    turn_budget: TurnBudgetOption = None,
     max_tokens: Annotated[int | None, typer.Option(help="Tokens one turn may sample.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
@@ -54,7 +55,8 @@ def train_command(
     flags: dict[str, Any] = {
         "env_id": env_id, "trainer": trainer, "backend": backend, "model": model, "base_url": base_url,
         "api_key": api_key, "engine": engine, "steps": steps, "group_size": group_size,
-        "episodes_per_step": episodes_per_step, "max_turns": max_turns, "max_tokens": max_tokens,
+        "episodes_per_step": episodes_per_step, "max_turns": max_turns, "turn_budget": turn_budget,
+        "max_tokens": max_tokens,
         "temperature": temperature, "lr": lr, "seed": seed, "out": str(out) if out else None,
         "trajectories": str(trajectories) if trajectories else None, "lora": lora,
         "resume": resume or None, "tensorboard": tensorboard or None, "wandb": wandb or None,

@@ -45,8 +45,14 @@ class RolloutConfig:
     group_size: int = 1
     #: episodes playing at once
     concurrency: int = 32
-    #: turn limit per episode (None: the env's own ``max_turns``)
+    #: turn limit per episode (None: the env's own ``max_turns``); it reaches the env, so
+    #: the env's prompt names it
     max_turns: int | None = None
+    #: stop each episode after this many turns (truncated, ``stop_reason`` "turn_budget")
+    #: without telling the env: its prompt and limit stay those of the eval, so a training
+    #: run can keep episodes short and still learn in the context it is evaluated in
+    #: (None: no budget)
+    turn_budget: int | None = None
     #: tokens an episode's context may hold; past it the episode is truncated
     max_context_tokens: int = 4096
     #: tokens one turn may sample
@@ -68,8 +74,9 @@ class RolloutConfig:
         env_info(self.env_id)  # "did you mean" for a misspelt id
         for name in ("episodes", "group_size", "concurrency", "max_context_tokens", "max_tokens_per_turn"):
             check_number(name, getattr(self, name), minimum=1)
-        if self.max_turns is not None:
-            check_number("max_turns", self.max_turns, minimum=1)
+        for name in ("max_turns", "turn_budget"):
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), minimum=1)
         check_number("episode_timeout", self.episode_timeout, minimum=0.001, integer=False)
         if self.episodes % self.group_size:
             raise ConfigError(
@@ -281,6 +288,9 @@ class EnvManager:
                 if terminated or truncated:
                     episode.terminated, episode.truncated = terminated, truncated
                     episode.stop_reason = "terminated" if terminated else "turn_limit"
+                    return
+                if len(episode.turn_rewards) == self.config.turn_budget:
+                    episode.truncated, episode.stop_reason = True, "turn_budget"
                     return
                 if self.renderer is not None and not self._add_reply(episode, observation):
                     return

@@ -48,7 +48,7 @@ class TrajectoryRow(BaseModel):
     num_turns: int = 0
     terminated: bool = False
     truncated: bool = False
-    #: why the episode ended: "terminated", "turn_limit", "context_limit", "timeout", "error"
+    #: why the episode ended: "terminated", "turn_limit", "turn_budget", "context_limit", "timeout", "error"
     stop_reason: str = ""
     invalid_actions: int = 0
     policy_version: int | None = None

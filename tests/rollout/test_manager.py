@@ -77,6 +77,22 @@ def test_the_context_budget_truncates_the_episode(stub: StubServer, renderer: Ch
     assert len(row.prompt_ids) + len(row.completion_ids) <= prompt + 40
 
 
+def test_the_turn_budget_stops_episodes_the_env_does_not_know_of(stub: StubServer,
+                                                                 renderer: ChatRenderer) -> None:
+    # The stub answers "Up" every turn, so only a level won by moving up ends sooner.
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=4, turn_budget=2, seed=3)
+    rows = run(config, stub.base_url, renderer)
+    budget = [row for row in rows if not row.success]
+    assert budget, "every level was won by moving up: pick another seed"
+    for row in budget:
+        assert (row.num_turns, row.stop_reason, row.truncated) == (2, "turn_budget", True)
+    # The prompt is the env's own: its limit (30 turns), not the budget.
+    assert all("at most 30 turn(s)" in row.messages[0].content for row in rows)
+    shortened = run(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=1, max_turns=2, seed=3),
+                    stub.base_url, renderer)
+    assert "at most 2 turn(s)" in shortened[0].messages[0].content
+
+
 def _first_turn() -> tuple[str, str]:
     import agentgym
 
@@ -174,7 +190,8 @@ def test_resume_after_a_crash_writes_each_episode_once(stub: StubServer, rendere
     ("kwargs", "message"),
     [({"episodes": 5, "group_size": 2}, "multiple of group_size"),
      ({"concurrency": 0}, "concurrency must be at least 1"),
-     ({"max_turns": 0}, "max_turns must be at least 1")],
+     ({"max_turns": 0}, "max_turns must be at least 1"),
+     ({"turn_budget": 0}, "turn_budget must be at least 1")],
 )
 def test_bad_config_is_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

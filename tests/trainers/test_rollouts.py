@@ -48,6 +48,11 @@ def test_each_step_has_its_own_seeds_and_seeded_sampling() -> None:
     assert first.episodes == config.episodes_per_step and first.max_tokens_per_turn == config.max_tokens
 
 
+def test_the_turn_budget_reaches_the_rollout_and_leaves_the_env_alone() -> None:
+    rollout = rollout_config(TrainConfig(env_id="Sokoban-LLM-v0", turn_budget=12), 0)
+    assert rollout.turn_budget == 12 and "max_turns" not in rollout.make_env_kwargs()
+
+
 def test_offline_steps_take_whole_groups_round_and_round(make_row, tmp_path: Path) -> None:
     """Groups of 2, 3 and 2 episodes (a failed one left out), 4 episodes a step."""
     path = tmp_path / "rows.parquet"
