@@ -17,7 +17,9 @@
 # GRPO_KL (the same levels as SFT alone) and 75.5% without, and 83.0% on the levels the DAgger
 # model failed (HARD_LEVELS=1800; paired with SFT 14 levels against 11, not significant).
 # Five more settings on those levels (temperature 0.7, GiGPO, shaping, both, the runs averaged)
-# gave 79.5 to 83.5%, none measurably above SFT (docs/results.md, last section).
+# gave 79.5 to 83.5%, none measurably above SFT. In the eval's prompt (`--turn-budget 12` in
+# place of `--max-turns 12`) with shaping: 86.0%, but 82.5% against SFT's 80.8% on 400 new
+# levels, not measurable either (docs/results.md, last section).
 # Departures from the usual LLM recipe, and why:
 # - the env's `brief` instructions (one line instead of the rules): a model trained from scratch
 #   cannot read rules, and several hundred tokens of them dilute its attention and cost compute;
