@@ -70,6 +70,16 @@ def test_episodes_out_keeps_every_episode_and_a_rerun_repeats_them(tmp_path: Pat
     assert (tmp_path / "a.parquet").read_bytes() == before
 
 
+def test_the_turn_budget_flag_cuts_episodes_short_in_the_envs_own_prompt(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "6",
+                                 "--turn-budget", "3", "--episodes-out", str(tmp_path / "e.parquet")])
+    assert result.exit_code == 0, result.output
+    rows = read_rows(tmp_path / "e.parquet")
+    assert {row.stop_reason for row in rows if not row.success} == {"turn_budget"}
+    assert max(row.num_turns for row in rows) == 3
+    assert all("at most 30 turn(s)" in row.messages[0].content for row in rows)
+
+
 def test_failed_seeds_out_names_the_levels_lost_and_train_reads_them(tmp_path: Path) -> None:
     seeds_file, episodes = tmp_path / "hard.txt", tmp_path / "random.parquet"
     result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "12",

@@ -46,10 +46,10 @@ def test_train_offline_then_report(rows_file: Path, tmp_path: Path) -> None:
 def test_flags_override_the_config_file(rows_file: Path, tmp_path: Path) -> None:
     (tmp_path / "run.yaml").write_text(f"trajectories: {rows_file}\nsteps: 5\nlr: 1e-4\nseed: 9\n")
     result = runner.invoke(app, ["train", "--config", str(tmp_path / "run.yaml"), "--steps", "1", "--group-size", "4",
-                                 "--episodes-per-step", "4", "--out", str(tmp_path / "run")])
+                                 "--episodes-per-step", "4", "--turn-budget", "5", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     config = TrainConfig.from_yaml(tmp_path / "run" / "config.yaml")
-    assert (config.steps, config.lr, config.seed) == (1, 1e-4, 9)
+    assert (config.steps, config.lr, config.seed, config.turn_budget) == (1, 1e-4, 9, 5)
 
 
 @pytest.mark.parametrize(("args", "message"), [
