@@ -49,9 +49,8 @@ class RolloutConfig:
     #: the env's prompt names it
     max_turns: int | None = None
     #: stop each episode after this many turns (truncated, ``stop_reason`` "turn_budget")
-    #: without telling the env: its prompt and limit stay those of the eval, so a training
-    #: run can keep episodes short and still learn in the context it is evaluated in
-    #: (None: no budget)
+    #: without telling the env: its prompt keeps naming its own limit, so a training run
+    #: keeps episodes short in the prompt its eval shows (None: no budget)
     turn_budget: int | None = None
     #: tokens an episode's context may hold; past it the episode is truncated
     max_context_tokens: int = 4096
