@@ -32,10 +32,16 @@ def serve_command(
         help="Prompt + completion tokens per request (default: the model's max positions).")] = None,
     threads: Annotated[int | None, typer.Option(
         help="Torch threads of the built-in engine (default: all cores but one).")] = None,
+    prefix_cache_mib: Annotated[int, typer.Option(
+        help="Memory the built-in engine keeps finished requests' KV in, so a prompt that "
+             "continues one (the next turn of a conversation) prefills only its new tokens; "
+             "0 turns it off.")] = 1024,
 ) -> None:
     """Serve a model over the OpenAI API (with vLLM's token-id extensions) until Ctrl-C."""
     if port < 1 or port > 65535:
         raise fail(f"--port must be between 1 and 65535, got {port}.")
+    if prefix_cache_mib < 0:
+        raise fail(f"--prefix-cache-mib must be 0 (off) or more, got {prefix_cache_mib}.")
     if not is_loopback(host) and not api_key:
         console.print(f"[yellow]warning:[/] binding {host} without --api-key lets anyone who can "
                       "reach it use the model and replace its weights.")
@@ -51,6 +57,7 @@ def serve_command(
     console.print(f"Serving {model} as {name!r} at http://{host}:{port}/v1 (built-in engine).")
     try:
         serve_builtin(model, host=host, port=port, api_key=api_key, served_model_name=name,
-                      max_model_len=max_model_len, torch_threads=threads)
+                      max_model_len=max_model_len, torch_threads=threads,
+                      prefix_cache_mib=prefix_cache_mib)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc

@@ -7,10 +7,11 @@ Routes (OpenAI, then vLLM's extensions, then agentgym's):
 * ``GET /health``, ``GET /version``, ``POST /tokenize``, ``POST /detokenize``,
   ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``,
   ``POST /collective_rpc`` (``reload_weights`` only) and
-  ``POST /reset_prefix_cache`` (nothing to reset) as vLLM in dev mode;
+  ``POST /reset_prefix_cache`` (clears the prefix cache) as vLLM in dev mode;
 * ``POST /update_weights {"weights_path", "version"}``: load full weights
   from safetensors; every later response reports ``policy_version``;
-* ``GET /stats``: engine counters (``max_batch_size`` shows batching).
+* ``GET /stats``: engine counters (``max_batch_size`` shows batching,
+  ``cached_prompt_tokens`` the prefix cache).
 
 Errors use the OpenAI shape ``{"error": {"message", "type", "param",
 "code"}}`` with a 4xx status and a message naming the field; an unexpected
@@ -304,7 +305,8 @@ def _add_control_routes(app: FastAPI, engine: Engine) -> None:
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> Response:
-        return Response(status_code=200)  # there is no prefix cache to reset
+        await engine.reset_prefix_cache()
+        return Response(status_code=200)
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora(req: LoadLoRAAdapterRequest) -> PlainTextResponse:

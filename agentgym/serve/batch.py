@@ -4,8 +4,11 @@ Rows are left-padded so that every row's newest token sits in the last
 column. A step feeds each row's last sampled token with its own position
 (``lengths``) and the padding mask; a prefill runs new rows' prompts as a
 separate left-padded batch whose cache then joins the running one (see
-``agentgym.serve.kv``). This object only holds tensors and runs the model;
-deciding who joins, sampling and finishing rows is the engine's job.
+``agentgym.serve.kv``). With a prefix cache, a prefill starts from the KV
+stored for the longest known prefix of each prompt and runs only the rest,
+and a finished row's KV is stored for the prompts that continue it (see
+``agentgym.serve.prefix``). This object only holds tensors and runs the
+model; deciding who joins, sampling and finishing rows is the engine's job.
 Only the engine thread touches it.
 """
 
@@ -20,10 +23,11 @@ import torch
 from transformers import DynamicCache
 
 from agentgym.serve import kv
+from agentgym.serve.prefix import PrefixCache, PrefixHit
 from agentgym.serve.sampling import SamplingParams
 from agentgym.serve.text import TextTracker
 
-__all__ = ["DecodeBatch", "EngineFailure", "Sequence", "SequenceUpdate", "Sink"]
+__all__ = ["DecodeBatch", "EngineFailure", "Sequence", "SequenceUpdate", "Sink", "usable_prefix"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,7 @@ class SequenceUpdate:
     finish_reason: str | None
     stop_reason: int | str | None
     policy_version: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,8 @@ class Sequence:
     policy_version: int = 0
     cancelled: bool = False
     sent: int = 0
+    prefix_hit: PrefixHit | None = None  # the stored prefix its prompt was looked up to
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
 
     @property
     def finished(self) -> bool:
@@ -98,14 +105,18 @@ class Sequence:
             finish_reason=self.finish_reason,
             stop_reason=self.stop_reason,
             policy_version=self.policy_version,
+            cached_tokens=self.cached_tokens,
         )
 
 
 class DecodeBatch:
     """Tensors of the rows being decoded together, and the two forward passes."""
 
-    def __init__(self, model: torch.nn.Module, pad_id: int, device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, pad_id: int, device: torch.device,
+                 prefix: PrefixCache | None = None) -> None:
         self.model: torch.nn.Module = model
+        self.key: str | None = None  # the LoRA adapter of the rows (None: the base model)
+        self.prefix = prefix if prefix is not None and prefix.enabled else None
         self.pad_id = pad_id
         self.device = device
         self.rows: list[Sequence] = []
@@ -123,9 +134,9 @@ class DecodeBatch:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def use(self, model: torch.nn.Module) -> None:
-        """Decode with ``model`` from now on (only switched while the batch is empty)."""
-        self.model = model
+    def use(self, model: torch.nn.Module, key: str | None = None) -> None:
+        """Decode with ``model`` (adapter ``key``) from now on (only switched while the batch is empty)."""
+        self.model, self.key = model, key
         parameters = inspect.signature(model.forward).parameters
         self._keep_arg = "logits_to_keep" in parameters
         # transformers 5.24 renamed past_key_values to cache (the old name warns, and goes in 5.40).
@@ -137,16 +148,24 @@ class DecodeBatch:
         return 0 if self.mask is None else int(self.mask.shape[1])
 
     def prefill(self, new: Seq[Sequence]) -> torch.Tensor:
-        """Run the prompts of ``new`` rows, append them; returns their next-token logits."""
-        longest = max(len(seq.prompt_ids) for seq in new)
-        ids = torch.full((len(new), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(new), longest), dtype=torch.long)
-        for row, seq in enumerate(new):
-            ids[row, longest - len(seq.prompt_ids):] = torch.tensor(seq.prompt_ids)
-            mask[row, longest - len(seq.prompt_ids):] = 1
+        """Run the prompts of ``new`` rows, append them; returns their next-token logits.
+
+        A row looked up to a stored prefix (``seq.prefix_hit``) takes that KV as
+        its past and runs only the rest of its prompt (``_reused`` says how much).
+        """
+        reused = _reused(new)
+        width = max(len(seq.prompt_ids) - skip for seq, skip in zip(new, reused, strict=True))
+        past = max(reused)
+        ids = torch.full((len(new), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(new), past + width), dtype=torch.long)
+        for row, (seq, skip) in enumerate(zip(new, reused, strict=True)):
+            run = seq.prompt_ids[skip:]
+            ids[row, width - len(run):] = torch.tensor(run)
+            mask[row, past + width - len(seq.prompt_ids):] = 1
+            seq.cached_tokens = skip
         ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(dim=1) - 1).clamp_min(0)
-        cache = DynamicCache()
+        positions = (mask.cumsum(dim=1) - 1).clamp_min(0)[:, past:]
+        cache = self._past(new, reused, past) if past else DynamicCache()
         extra = {"logits_to_keep": 1} if self._keep_arg else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          use_cache=True, **{self._cache_arg: cache}, **extra)
@@ -154,6 +173,23 @@ class DecodeBatch:
         self.cache, self.mask = kv.join(self.cache, self.mask, cache, mask)
         self._append_rows(new, mask.sum(dim=1))
         return out.logits[:, -1, :]
+
+    def _past(self, new: Seq[Sequence], reused: list[int], columns: int) -> DynamicCache:
+        """A cache of ``columns`` columns holding each row's reused KV, right-aligned."""
+        template = next(seq.prefix_hit.entry.layers for seq, skip in zip(new, reused, strict=True)
+                        if skip and seq.prefix_hit is not None)
+        layers: kv.Layers = []
+        for layer, (keys, values) in enumerate(template):
+            heads, dim = keys.shape[0], keys.shape[-1]
+            past_keys = keys.new_zeros((len(new), heads, columns, dim))
+            past_values = values.new_zeros((len(new), heads, columns, values.shape[-1]))
+            for row, (seq, skip) in enumerate(zip(new, reused, strict=True)):
+                if skip and seq.prefix_hit is not None:
+                    stored_keys, stored_values = seq.prefix_hit.entry.layers[layer]
+                    past_keys[row, :, columns - skip:] = stored_keys[:, :skip]
+                    past_values[row, :, columns - skip:] = stored_values[:, :skip]
+            layers.append((past_keys, past_values))
+        return DynamicCache(ddp_cache_data=layers)
 
     def _append_rows(self, new: Seq[Sequence], lengths: torch.Tensor) -> None:
         self.rows.extend(new)
@@ -182,7 +218,11 @@ class DecodeBatch:
         self.last[start:] = torch.tensor(tokens, dtype=torch.long, device=self.device)
 
     def remove(self, gone: set[int]) -> None:
-        """Drop the rows at positions ``gone`` and the columns no remaining row uses."""
+        """Drop the rows at positions ``gone`` and the columns no remaining row uses.
+
+        The KV of rows that finished (not cancelled ones) goes to the prefix cache.
+        """
+        self._keep_finished(gone)
         keep = [row for row in range(len(self.rows)) if row not in gone]
         if not keep or self.cache is None or self.mask is None:
             self.clear()
@@ -195,6 +235,21 @@ class DecodeBatch:
         self.lengths, self.last = self.lengths[index], self.last[index]
         self.temperature, self.top_p = self.temperature[index], self.top_p[index]
 
+    def _keep_finished(self, gone: set[int]) -> None:
+        if self.prefix is None or not self.reshapable or self.cache is None or self.mask is None:
+            return
+        layers = kv.layers(self.cache)
+        for row in sorted(gone):
+            seq = self.rows[row]
+            if not seq.finished or seq.cancelled:
+                continue
+            columns = self.mask[row].nonzero().squeeze(1)  # the row's real tokens, in order
+            # The last sampled token was never fed, so the KV ends one token short of the output.
+            tokens = (seq.prompt_ids + seq.output_ids)[:columns.numel()]
+            kept = [(keys[row].index_select(-2, columns), values[row].index_select(-2, columns))
+                    for keys, values in layers]
+            self.prefix.store(self.key, tokens, kept, replaces=seq.prefix_hit)
+
     def clear(self) -> None:
         """Forget every row (after they all finished, or after a failed step)."""
         self.rows = []
@@ -202,3 +257,23 @@ class DecodeBatch:
         self.lengths = self.lengths[:0]
         self.last = self.last[:0]
         self.temperature, self.top_p = self.temperature[:0], self.top_p[:0]
+
+
+def usable_prefix(seq: Sequence) -> int:
+    """Prompt tokens of ``seq`` its prefix hit could supply: all but the last, which must run."""
+    return 0 if seq.prefix_hit is None else min(seq.prefix_hit.length, len(seq.prompt_ids) - 1)
+
+
+def _reused(new: Seq[Sequence]) -> list[int]:
+    """Prompt tokens each row takes from the prefix cache rather than running.
+
+    Rows run as one left-padded block of ``width`` columns (the longest uncached
+    part). A row with a hit reuses all but its last ``width`` tokens, so its
+    reused and run tokens meet with no padding between them; running a few
+    cached tokens again costs nothing, as those columns would be padding. At
+    least one token always runs: its logits give the first sampled token.
+    """
+    usable = [usable_prefix(seq) for seq in new]
+    width = max(len(seq.prompt_ids) - use for seq, use in zip(new, usable, strict=True))
+    return [max(0, len(seq.prompt_ids) - width) if use else 0
+            for seq, use in zip(new, usable, strict=True)]

@@ -72,6 +72,8 @@ class EngineConfig:
     """Set torch's (process-wide) thread count in the engine thread; None leaves it alone."""
     seed: int = 0
     """Seed of the sampler for requests that give no seed."""
+    prefix_cache_mib: int = 1024
+    """Memory for the KV of finished requests, reused by prompts that continue them (0: off)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -81,6 +83,9 @@ class EngineConfig:
         if self.max_num_seqs < 1 or self.max_prefill_tokens < 1 or self.batch_wait_ms < 0:
             raise ConfigError("max_num_seqs and max_prefill_tokens must be positive and "
                               "batch_wait_ms not negative.")
+        if self.prefix_cache_mib < 0:
+            raise ConfigError(f"prefix_cache_mib must not be negative (0 turns the cache off), "
+                              f"got {self.prefix_cache_mib}.")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ConfigError(f"torch_threads must be at least 1, got {self.torch_threads}.")
 
@@ -152,7 +157,8 @@ class Engine:
         self._models: dict[str | None, torch.nn.Module] = {None: self.model}
         self._lora_paths: dict[str, str] = {}
         self._token_text: dict[int, str] = {}
-        limits = Limits(config.max_num_seqs, config.max_prefill_tokens, config.batch_wait_ms / 1000)
+        limits = Limits(config.max_num_seqs, config.max_prefill_tokens, config.batch_wait_ms / 1000,
+                        prefix_cache_bytes=config.prefix_cache_mib * 2**20)
         self._scheduler = Scheduler(
             self._models, eos_ids=self.eos_token_ids, pad_id=pad if pad is not None else 0,
             max_model_len=self.max_model_len, decode=self.decode, device=self.device,
@@ -181,8 +187,14 @@ class Engine:
         return self._scheduler.policy_version
 
     def stats(self) -> dict[str, int]:
-        """Counters: requests, tokens, steps, ``max_batch_size``, running, waiting, version."""
+        """Counters: requests, tokens (``cached_prompt_tokens``: prefilled from the prefix
+        cache), steps, ``max_batch_size``, running, waiting, version."""
         return {**self._scheduler.snapshot(), "policy_version": self.policy_version}
+
+    async def reset_prefix_cache(self) -> None:
+        """Forget the stored KV (requests running go on; they hold their own)."""
+        self.start()  # the engine thread runs the clearing
+        await asyncio.wrap_future(self._scheduler.call(self._scheduler.prefix.clear, drain=False))
 
     # --------------------------------------------------------------- text ---
 
@@ -303,6 +315,7 @@ class Engine:
         def apply() -> WeightUpdate:
             started = time.perf_counter()
             count = load_weights(self.model, tensors)
+            self._scheduler.prefix.clear()  # KV computed with the old weights
             for name, path in self._lora_paths.items():  # adapters sit on the new base now
                 self._models[name] = merged_lora_model(self.model, path)
             new = self.policy_version + 1 if version is None else version
@@ -328,6 +341,7 @@ class Engine:
         def apply() -> None:
             self._models[name] = merged_lora_model(self.model, path)
             self._lora_paths[name] = path
+            self._scheduler.prefix.clear()  # a name may come back with other weights
 
         await asyncio.wrap_future(self._scheduler.call(apply))
 
@@ -339,6 +353,7 @@ class Engine:
         def apply() -> None:
             self._lora_paths.pop(name, None)
             self._models.pop(name, None)
+            self._scheduler.prefix.clear()
 
         await asyncio.wrap_future(self._scheduler.call(apply))
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-__all__ = ["can_reshape", "drop_left", "join", "Layers", "select_rows"]
+__all__ = ["can_reshape", "drop_left", "join", "Layers", "layers", "select_rows"]
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -28,15 +28,16 @@ def can_reshape(cache: DynamicCache) -> bool:
     return all(len(entry) < 3 or entry[2] is None for entry in cache)
 
 
-def _layers(cache: DynamicCache) -> Layers:
+def layers(cache: DynamicCache) -> Layers:
+    """Each layer's ``(keys, values)``, ``[rows, heads, columns, dim]``."""
     return [(entry[0], entry[1]) for entry in cache]
 
 
-def _pad_left(layers: Layers, columns: int) -> Layers:
+def _pad_left(stacked: Layers, columns: int) -> Layers:
     if columns == 0:
-        return layers
+        return stacked
     padded = []
-    for keys, values in layers:
+    for keys, values in stacked:
         shape = (*keys.shape[:-2], columns, keys.shape[-1])
         pad = keys.new_zeros(shape)
         padded.append((torch.cat([pad, keys], dim=-2), torch.cat([pad, values], dim=-2)))
@@ -49,12 +50,12 @@ def join(running: DynamicCache | None, running_mask: torch.Tensor | None,
     if running is None or running_mask is None:
         return new, new_mask
     width = max(running_mask.shape[1], new_mask.shape[1])
-    old_layers = _pad_left(_layers(running), width - running_mask.shape[1])
-    new_layers = _pad_left(_layers(new), width - new_mask.shape[1])
-    layers = [(torch.cat([ok, nk], dim=0), torch.cat([ov, nv], dim=0))
-              for (ok, ov), (nk, nv) in zip(old_layers, new_layers, strict=True)]
+    old_layers = _pad_left(layers(running), width - running_mask.shape[1])
+    new_layers = _pad_left(layers(new), width - new_mask.shape[1])
+    stacked = [(torch.cat([ok, nk], dim=0), torch.cat([ov, nv], dim=0))
+               for (ok, ov), (nk, nv) in zip(old_layers, new_layers, strict=True)]
     mask = torch.cat([_pad_mask(running_mask, width), _pad_mask(new_mask, width)], dim=0)
-    return DynamicCache(ddp_cache_data=layers), mask
+    return DynamicCache(ddp_cache_data=stacked), mask
 
 
 def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
@@ -78,5 +79,5 @@ def drop_left(cache: DynamicCache, mask: torch.Tensor) -> tuple[DynamicCache, to
     first = int(used[0]) if used.numel() else mask.shape[1]
     if first == 0:
         return cache, mask
-    layers = [(keys[..., first:, :], values[..., first:, :]) for keys, values in _layers(cache)]
-    return DynamicCache(ddp_cache_data=layers), mask[:, first:]
+    kept = [(keys[..., first:, :], values[..., first:, :]) for keys, values in layers(cache)]
+    return DynamicCache(ddp_cache_data=kept), mask[:, first:]

@@ -101,7 +101,8 @@ def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] |
 
 def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_key: str | None = None,
                   served_model_name: str | None = None, max_model_len: int | None = None,
-                  torch_threads: int | None = None, log_level: str = "info") -> None:
+                  torch_threads: int | None = None, prefix_cache_mib: int = 1024,
+                  log_level: str = "info") -> None:
     """Load ``model`` and serve it over HTTP until interrupted (blocks)."""
     import uvicorn
 
@@ -109,7 +110,8 @@ def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_ke
     from agentgym.serve.engine import Engine, EngineConfig
 
     engine = Engine(EngineConfig(model, max_model_len=max_model_len,
-                                 torch_threads=torch_threads or default_torch_threads()))
+                                 torch_threads=torch_threads or default_torch_threads(),
+                                 prefix_cache_mib=prefix_cache_mib))
     app = create_app(engine, api_key=api_key, served_model_name=served_model_name)
     try:
         engine.start()
@@ -129,13 +131,15 @@ class BuiltinServer:
 
     def __init__(self, model: str, port: int | None = None, *, served_model_name: str | None = None,
                  max_model_len: int | None = None, api_key: str | None = None,
-                 torch_threads: int | None = None, startup_timeout: float = 180.0) -> None:
+                 torch_threads: int | None = None, prefix_cache_mib: int | None = None,
+                 startup_timeout: float = 180.0) -> None:
         self.model = model
         self.port = port or free_port()
         self.model_name = served_model_name or model
         self.max_model_len = max_model_len
         self.api_key = api_key
         self.torch_threads = torch_threads
+        self.prefix_cache_mib = prefix_cache_mib  # None: the server's default
         self.startup_timeout = startup_timeout
         self.url = f"http://{_LOOPBACK}:{self.port}"
         self.base_url = f"{self.url}/v1"
@@ -152,6 +156,8 @@ class BuiltinServer:
             args += ["--api-key", self.api_key]
         if self.torch_threads is not None:
             args += ["--threads", str(self.torch_threads)]
+        if self.prefix_cache_mib is not None:
+            args += ["--prefix-cache-mib", str(self.prefix_cache_mib)]
         return args
 
     def start(self) -> BuiltinServer:

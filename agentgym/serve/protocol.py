@@ -63,6 +63,7 @@ __all__ = [
     "UnloadLoRAAdapterRequest",
     "UpdateWeightsRequest",
     "UpdateWeightsResponse",
+    "PromptTokenUsageInfo",
     "UsageInfo",
 ]
 
@@ -108,10 +109,15 @@ class StreamOptions(_Request):
     continuous_usage_stats: bool | None = False  # ext: vLLM, usage on every chunk
 
 
+class PromptTokenUsageInfo(_Response):
+    cached_tokens: int | None = None
+
+
 class UsageInfo(_Response):
     prompt_tokens: int = 0
     total_tokens: int = 0
     completion_tokens: int | None = 0
+    prompt_tokens_details: PromptTokenUsageInfo | None = None  # as OpenAI: cached_tokens
 
 
 class ModelCard(_Response):

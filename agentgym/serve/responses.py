@@ -33,6 +33,7 @@ from agentgym.serve.protocol import (
     DeltaMessage,
     ErrorInfo,
     ErrorResponse,
+    PromptTokenUsageInfo,
     UsageInfo,
 )
 
@@ -99,9 +100,24 @@ def chat_logprobs(engine: Engine, update: SequenceUpdate, k: int) -> ChatComplet
     return ChatCompletionLogProbs(content=content)
 
 
-def _usage(job: Job, generated: int) -> UsageInfo:
+def _usage(job: Job, generated: int, cached: dict[int, int]) -> UsageInfo:
+    """Token counts; ``cached``: prompt index -> its tokens prefilled from the prefix cache."""
     prompt = sum(len(prompt) for prompt in job.prompts)
-    return UsageInfo(prompt_tokens=prompt, completion_tokens=generated, total_tokens=prompt + generated)
+    return UsageInfo(prompt_tokens=prompt, completion_tokens=generated, total_tokens=prompt + generated,
+                     prompt_tokens_details=PromptTokenUsageInfo(cached_tokens=sum(cached.values())))
+
+
+def _note_cached(job: Job, cached: dict[int, int], update: SequenceUpdate) -> None:
+    """Count a prompt's cached tokens once, however many choices it has (the most any reused)."""
+    prompt = update.index // job.n
+    cached[prompt] = max(cached.get(prompt, 0), update.cached_tokens)
+
+
+def _cached(job: Job, updates: Sequence[SequenceUpdate]) -> dict[int, int]:
+    cached: dict[int, int] = {}
+    for update in updates:
+        _note_cached(job, cached, update)
+    return cached
 
 
 def _version(updates: Sequence[SequenceUpdate]) -> int | None:
@@ -119,7 +135,8 @@ def completion_response(engine: Engine, job: Job, updates: list[SequenceUpdate])
             token_ids=update.token_ids if job.return_token_ids else None,
             prompt_token_ids=job.prompts[update.index // job.n] if job.return_token_ids else None))
     generated = sum(len(update.token_ids) for update in updates)
-    return CompletionResponse(model=job.model, choices=choices, usage=_usage(job, generated),
+    return CompletionResponse(model=job.model, choices=choices,
+                              usage=_usage(job, generated, _cached(job, updates)),
                               policy_version=_version(updates))
 
 
@@ -134,7 +151,7 @@ def chat_response(engine: Engine, job: Job, updates: list[SequenceUpdate]) -> Ch
             token_ids=update.token_ids if job.return_token_ids else None))
     generated = sum(len(update.token_ids) for update in updates)
     return ChatCompletionResponse(
-        model=job.model, choices=choices, usage=_usage(job, generated),
+        model=job.model, choices=choices, usage=_usage(job, generated, _cached(job, updates)),
         prompt_token_ids=job.prompts[0] if job.return_token_ids else None,
         policy_version=_version(updates))
 
@@ -162,14 +179,16 @@ async def _framed(job: Job, generation: Generation,
     """The frame every stream shares: ``events(update, is_first)`` per update, then
     usage, an error event if generation fails, cancelling on disconnect, ``[DONE]``."""
     generated, version, started = 0, None, False
+    cached: dict[int, int] = {}
     try:
         async for update in generation.updates():
             for event in events(update, not started):
                 yield event
             started, version = True, update.policy_version
             generated += len(update.token_ids)
+            _note_cached(job, cached, update)
         if job.include_usage:
-            yield _chunk(type(head), head, choices=[], usage=_usage(job, generated),
+            yield _chunk(type(head), head, choices=[], usage=_usage(job, generated, cached),
                          policy_version=version)
     except ServeError as exc:
         yield error_event(exc)

@@ -16,6 +16,11 @@ version the response reports.
 Rows for a LoRA adapter are served by a merged copy of the model; a batch
 holds rows of one model at a time, and the next model is the one the oldest
 waiting row asks for.
+
+Finished rows leave their KV in a prefix cache (``agentgym.serve.prefix``),
+which a waiting row is looked up in when it is considered for admission, so
+the prefill budget counts only the tokens that will run. Commands that change
+weights clear it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from typing import Any
 
 import torch
 
-from agentgym.serve.batch import DecodeBatch, EngineFailure, Sequence, SequenceUpdate, Sink
+from agentgym.serve.batch import DecodeBatch, EngineFailure, Sequence, SequenceUpdate, Sink, usable_prefix
+from agentgym.serve.prefix import PrefixCache
 from agentgym.serve.sampling import SampleOutput, make_generator, sample
 
 __all__ = ["Limits", "Scheduler", "SchedulerStats"]
@@ -47,8 +53,9 @@ class Limits:
     """How much the scheduler takes on at once."""
 
     max_num_seqs: int = 256  # rows decoded together
-    max_prefill_tokens: int = 8192  # rows x longest prompt in one prefill (at least one row)
+    max_prefill_tokens: int = 8192  # rows x longest uncached prompt part in one prefill (at least one row)
     batch_wait_s: float = 0.002  # when idle, wait this long after a request for others
+    prefix_cache_bytes: int = 0  # KV kept for prompts that continue finished rows; 0: none
 
 
 @dataclass(slots=True)
@@ -58,6 +65,7 @@ class SchedulerStats:
     requests: int = 0
     choices: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
     generated_tokens: int = 0
     prefills: int = 0
     steps: int = 0
@@ -74,6 +82,7 @@ class SchedulerStats:
 class _Command:
     fn: Callable[[], Any]
     future: concurrent.futures.Future[Any]
+    drain: bool = True  # wait until the running batch has finished
 
 
 class Scheduler:
@@ -89,7 +98,8 @@ class Scheduler:
         self.decode_text = decode
         self.policy_version = 0
         self.stats = SchedulerStats()
-        self._batch = DecodeBatch(models[None], pad_id, device)
+        self.prefix = PrefixCache(limits.prefix_cache_bytes)
+        self._batch = DecodeBatch(models[None], pad_id, device, self.prefix)
         self._batch_key: str | None = None
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._waiting: deque[Sequence] = deque()
@@ -128,10 +138,14 @@ class Scheduler:
         """Queue the choices of one request."""
         self._inbox.put(sequences)
 
-    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        """Run ``fn`` in the engine thread once the running batch has drained."""
+    def call(self, fn: Callable[[], Any], *, drain: bool = True) -> concurrent.futures.Future[Any]:
+        """Run ``fn`` in the engine thread once the running batch has drained.
+
+        ``drain=False``: between the next two steps instead, for what does not
+        touch the rows being decoded (clearing the prefix cache).
+        """
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._inbox.put(_Command(fn, future))
+        self._inbox.put(_Command(fn, future, drain))
         return future
 
     # ---------------------------------------------------- engine thread ---
@@ -166,7 +180,10 @@ class Scheduler:
         if item is _STOP:
             return False
         if isinstance(item, _Command):
-            self._commands.append(item)
+            if item.drain:
+                self._commands.append(item)
+            else:  # _accept runs in the engine thread, between steps
+                self._run_command(item)
         elif isinstance(item, list):
             self._waiting.extend(item)
             self.stats.requests += 1
@@ -210,7 +227,7 @@ class Scheduler:
             if model is None:  # the adapter was unloaded while these rows waited
                 self._drop_waiting(self._batch_key, f"the LoRA adapter {self._batch_key!r} was unloaded")
                 return
-            batch.use(model)
+            batch.use(model, self._batch_key)
         chosen = self._choose(self.limits.max_num_seqs - len(batch))
         if not chosen:
             return
@@ -221,6 +238,7 @@ class Scheduler:
             self.stats.prompt_tokens += len(seq.prompt_ids)
         start = len(batch)
         logits = batch.prefill(chosen)
+        self.stats.cached_prompt_tokens += sum(seq.cached_tokens for seq in chosen)
         self._admitting = []
         self.stats.prefills += 1
         self.stats.choices += len(chosen)
@@ -242,7 +260,8 @@ class Scheduler:
         for seq in self._waiting:
             if len(chosen) >= room or seq.adapter != self._batch_key:
                 break
-            wider = max(longest, len(seq.prompt_ids))
+            seq.prefix_hit = self.prefix.lookup(seq.adapter, seq.prompt_ids) if self._batch.prefix else None
+            wider = max(longest, len(seq.prompt_ids) - usable_prefix(seq))
             if chosen and wider * (len(chosen) + 1) > self.limits.max_prefill_tokens:
                 break
             chosen.append(seq)

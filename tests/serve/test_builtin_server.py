@@ -75,6 +75,25 @@ def test_concurrent_requests_are_all_answered_in_shared_batches(keyed_server: Ru
     assert after["running"] == after["waiting"] == 0
 
 
+def test_the_next_turn_reports_its_cached_prompt_tokens_until_the_cache_is_reset(
+        keyed_server: RunningServer) -> None:
+    """OpenAI's ``usage.prompt_tokens_details.cached_tokens``: the turn before, less its last token."""
+    client = keyed_server.client()
+    first = list(range(40, 90))
+
+    def ask(prompt: list[int]) -> Any:
+        return client.completions.create(model=keyed_server.model_name, prompt=prompt, max_tokens=6,
+                                         temperature=0, extra_body={"return_token_ids": True})
+
+    turn = ask(first)
+    assert turn.usage.prompt_tokens_details.cached_tokens == 0
+    answer = turn.choices[0].token_ids
+    follow_up = first + answer + [7, 8, 9]
+    assert ask(follow_up).usage.prompt_tokens_details.cached_tokens == len(first) + len(answer) - 1
+    assert _http(keyed_server, "POST", "/reset_prefix_cache").status_code == 200
+    assert ask(follow_up).usage.prompt_tokens_details.cached_tokens == 0
+
+
 def test_prompt_plus_max_tokens_beyond_the_context_is_a_400_naming_max_tokens(
         keyed_server: RunningServer) -> None:
     with pytest.raises(openai.BadRequestError, match="max_tokens") as raised:
@@ -253,6 +272,9 @@ def test_the_serve_command_checks_its_port() -> None:
     result = CliRunner().invoke(app, ["serve", "--model", "tiny", "--port", "0"])
     assert result.exit_code == 2
     assert "--port must be between 1 and 65535, got 0." in result.output
+    result = CliRunner().invoke(app, ["serve", "--model", "tiny", "--prefix-cache-mib", "-1"])
+    assert result.exit_code == 2
+    assert "--prefix-cache-mib must be 0 (off) or more, got -1." in result.output
 
 
 def _running(pid: int) -> bool:
