@@ -1,5 +1,5 @@
 """The ``agentgym`` command: ``list``, ``play``, ``rollout``, ``view``, ``serve``, ``sandbox``,
-``train``, ``report``, ``eval``.
+``train``, ``report``, ``export``, ``eval``.
 
 Each command lives in its own module; this one only assembles the app.
 """
@@ -10,7 +10,16 @@ import sys
 
 import typer
 
-from agentgym.cli import envs_cmd, eval_cmd, rollout_cmd, sandbox_cmd, serve_cmd, train_cmd, view_cmd
+from agentgym.cli import (
+    envs_cmd,
+    eval_cmd,
+    export_cmd,
+    rollout_cmd,
+    sandbox_cmd,
+    serve_cmd,
+    train_cmd,
+    view_cmd,
+)
 
 __all__ = ["app", "main"]
 
@@ -29,6 +38,7 @@ app.command("serve")(serve_cmd.serve_command)
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.command("train")(train_cmd.train_command)
 app.command("report")(train_cmd.report_command)
+app.command("export")(export_cmd.export_command)
 app.command("eval")(eval_cmd.eval_command)
 
 

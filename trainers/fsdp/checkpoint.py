@@ -24,9 +24,11 @@ import torch
 import torch.distributed as dist
 
 from agentgym.errors import ConfigError
+from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp.trainer import FSDPTrainer
 
-__all__ = ["CHECKPOINT_DIR", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CHECKPOINT_DIR", "export_checkpoint", "find_checkpoint", "latest_checkpoint", "list_checkpoints",
+           "load_checkpoint", "save_checkpoint"]
 
 CHECKPOINT_DIR = "checkpoints"
 _STATE = "state.json"
@@ -119,3 +121,44 @@ def load_checkpoint(trainer: FSDPTrainer, folder: str | Path) -> dict[str, Any]:
     if "cuda" in mine and trainer.dist.device.type == "cuda":
         torch.cuda.set_rng_state(mine["cuda"], trainer.dist.device)
     return loop_state
+
+
+def find_checkpoint(path: str | Path, step: int | None = None) -> Path:
+    """The checkpoint folder ``path`` names: itself, or a run's (step ``step``, else its newest)."""
+    path = Path(path)
+    if (path / _STATE).exists() and (path / "trainer.pt").exists():
+        return path
+    found = list_checkpoints(path)
+    if not found:
+        raise ConfigError(f"{str(path)!r} is neither a checkpoint folder (with trainer.pt) nor the --out "
+                          f"folder of an `agentgym train --backend fsdp` run with checkpoints in it.")
+    if step is None:
+        return found[-1]
+    wanted = path / CHECKPOINT_DIR / f"step-{step:06d}"
+    if wanted not in found:
+        steps = ", ".join(str(int(p.name.removeprefix("step-"))) for p in found)
+        raise ConfigError(f"{str(path)!r} has no checkpoint of step {step}; it has step(s) {steps} "
+                          "(only the newest -s keep_checkpoints are kept).")
+    return wanted
+
+
+def export_checkpoint(folder: str | Path, out: str | Path, *, device: str = "cpu") -> Path:
+    """Write a checkpoint's model as a transformers folder (LoRA merged in), loadable by any command.
+
+    The run's ``config.yaml`` (two folders up) says which model the run started
+    from; a LoRA checkpoint holds only the adapters, which are merged into it.
+    """
+    import yaml
+
+    folder = Path(folder)
+    path = folder.parent.parent / "config.yaml"
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"Could not read {str(path)!r}, the config of the checkpoint's run, which says "
+                          f"what model it started from: {exc}") from exc
+    # Only the model matters here: no reference model (it is not saved), no level list to read.
+    config = TrainConfig.from_dict({**values, "kl_coef": 0.0, "level_seeds": None})
+    trainer = FSDPTrainer(config, device=device)
+    load_checkpoint(trainer, folder)
+    return trainer.save_pretrained(out)
