@@ -165,7 +165,7 @@ class DecodeBatch:
             seq.cached_tokens = skip
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(dim=1) - 1).clamp_min(0)[:, past:]
-        cache = self._past(new, reused, past) if past else DynamicCache()
+        cache = self._past(new, reused, past, width) if past else kv.empty_cache()
         extra = {"logits_to_keep": 1} if self._keep_arg else {}
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          use_cache=True, **{self._cache_arg: cache}, **extra)
@@ -174,22 +174,24 @@ class DecodeBatch:
         self._append_rows(new, mask.sum(dim=1))
         return out.logits[:, -1, :]
 
-    def _past(self, new: Seq[Sequence], reused: list[int], columns: int) -> DynamicCache:
-        """A cache of ``columns`` columns holding each row's reused KV, right-aligned."""
+    def _past(self, new: Seq[Sequence], reused: list[int], columns: int, width: int) -> DynamicCache:
+        """A cache of ``columns`` columns holding each row's reused KV, right-aligned, with room for
+        the ``width`` columns the prefill adds (so the forward pass writes them in place)."""
         template = next(seq.prefix_hit.entry.layers for seq, skip in zip(new, reused, strict=True)
                         if skip and seq.prefix_hit is not None)
-        layers: kv.Layers = []
+        buffers: kv.Layers = []
         for layer, (keys, values) in enumerate(template):
-            heads, dim = keys.shape[0], keys.shape[-1]
-            past_keys = keys.new_zeros((len(new), heads, columns, dim))
-            past_values = values.new_zeros((len(new), heads, columns, values.shape[-1]))
-            for row, (seq, skip) in enumerate(zip(new, reused, strict=True)):
-                if skip and seq.prefix_hit is not None:
-                    stored_keys, stored_values = seq.prefix_hit.entry.layers[layer]
-                    past_keys[row, :, columns - skip:] = stored_keys[:, :skip]
-                    past_values[row, :, columns - skip:] = stored_values[:, :skip]
-            layers.append((past_keys, past_values))
-        return DynamicCache(ddp_cache_data=layers)
+            pair = []
+            for part, stored in enumerate((keys, values)):
+                size = columns + width
+                buffer = stored.new_empty((len(new), stored.shape[0], size + kv.slack(size), stored.shape[-1]))
+                buffer[:, :, :columns] = 0  # padding left of each row's reused part
+                for row, (seq, skip) in enumerate(zip(new, reused, strict=True)):
+                    if skip and seq.prefix_hit is not None:
+                        buffer[row, :, columns - skip:columns] = seq.prefix_hit.entry.layers[layer][part][:, :skip]
+                pair.append(buffer)
+            buffers.append((pair[0], pair[1]))
+        return kv.wrap(buffers, columns)
 
     def _append_rows(self, new: Seq[Sequence], lengths: torch.Tensor) -> None:
         self.rows.extend(new)
@@ -227,9 +229,7 @@ class DecodeBatch:
         if not keep or self.cache is None or self.mask is None:
             self.clear()
             return
-        self.cache, self.mask = kv.select_rows(self.cache, self.mask, keep)
-        if self.reshapable:
-            self.cache, self.mask = kv.drop_left(self.cache, self.mask)
+        self.cache, self.mask = kv.keep_rows(self.cache, self.mask, keep, trim=self.reshapable)
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.rows = [self.rows[row] for row in keep]
         self.lengths, self.last = self.lengths[index], self.last[index]

@@ -1,4 +1,4 @@
-"""Reshaping a transformers ``DynamicCache`` so rows can join and leave a running batch.
+"""The running batch's KV cache: rows join and leave it, and decoding appends without copying.
 
 Rows are left-padded: every row's tokens end at the last column, so a new
 row joins by padding the shorter of (running cache, new rows' cache) on the
@@ -6,11 +6,18 @@ left and stacking them, and a finished row leaves by selecting the others.
 Columns that are padding for every remaining row are then cut from the left,
 so a long-finished row does not keep the attention window wide.
 
-Only public pieces of the cache API are used: iterating a cache yields each
-layer's ``(keys, values, sliding_window)``, ``DynamicCache(ddp_cache_data=...)``
-builds one from tensors, and ``batch_select_indices`` keeps rows. A model
-with sliding-window layers cannot be reshaped this way (``can_reshape``);
-its rows then join only an empty batch.
+transformers' ``DynamicLayer`` appends a decode step's token with
+``torch.cat``, copying the whole cache every step, and builds a cache from
+tensors by the same copy: on a CPU that copying took more of a multi-turn
+rollout's time than the model (``benchmarks/bench_prefix_cache.py``).
+``SlackLayer`` keeps each layer's keys and values as views into buffers with
+spare columns on the right, so a step writes its column in place, and joining
+or leaving writes the rows once into a new buffer. Its ``keys``/``values``
+are what a ``DynamicLayer``'s would be, so the model, its masks and the rest
+of the cache API see nothing different.
+
+A model with sliding-window layers cannot be reshaped this way
+(``can_reshape``); its rows then join only an empty batch.
 """
 
 from __future__ import annotations
@@ -18,9 +25,91 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-__all__ = ["can_reshape", "drop_left", "join", "Layers", "layers", "select_rows"]
+__all__ = ["Layers", "SlackLayer", "can_reshape", "empty_cache", "join", "keep_rows", "layers", "wrap"]
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+_MIN_SLACK = 64  # spare columns a buffer gets at least: a reallocation every 64 decode steps at most
+
+try:
+    from transformers.cache_utils import DynamicLayer
+except ImportError:  # a transformers without layered caches: plain DynamicCache, copies included
+    DynamicLayer = None
+
+
+def slack(columns: int) -> int:
+    """Spare columns for a buffer holding ``columns``: a quarter more, at least ``_MIN_SLACK``."""
+    return max(_MIN_SLACK, columns // 4)
+
+
+if DynamicLayer is not None:
+    class SlackLayer(DynamicLayer):
+        """A full-attention layer whose keys and values are views into buffers with spare columns."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+            self._view: torch.Tensor | None = None  # the keys view handed out last
+            self._end = 0
+
+        @classmethod
+        def holding(cls, keys: torch.Tensor, values: torch.Tensor, end: int) -> SlackLayer:
+            """A layer whose cache is the first ``end`` columns of buffers ``keys`` and ``values``."""
+            layer = cls()
+            layer.device, layer.dtype, layer.is_initialized = keys.device, keys.dtype, True
+            layer._attach(keys, values, end)
+            return layer
+
+        def _attach(self, keys: torch.Tensor, values: torch.Tensor, end: int) -> None:
+            self._buffers, self._end = (keys, values), end
+            self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+            self._view = self.keys
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor,
+                   *args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.device, self.dtype, self.is_initialized = key_states.device, key_states.dtype, True
+            new = key_states.shape[-2]
+            if (self._buffers is None or self.keys is not self._view  # changed behind our back
+                    or self._end + new > self._buffers[0].shape[-2]):
+                self._regrow(key_states, value_states, new)
+            assert self._buffers is not None
+            keys, values = self._buffers
+            keys[..., self._end:self._end + new, :] = key_states
+            values[..., self._end:self._end + new, :] = value_states
+            self._attach(keys, values, self._end + new)
+            return self.keys, self.values
+
+        def _regrow(self, key_states: torch.Tensor, value_states: torch.Tensor, new: int) -> None:
+            """Move the cache into buffers with room for ``new`` more columns and then some."""
+            old = self.keys is not None and self.keys.numel() > 0
+            used = self.keys.shape[-2] if old else 0  # type: ignore[union-attr]
+            columns = used + new + slack(used + new)
+            keys = key_states.new_empty((*key_states.shape[:-2], columns, key_states.shape[-1]))
+            values = value_states.new_empty((*value_states.shape[:-2], columns, value_states.shape[-1]))
+            if old:
+                keys[..., :used, :] = self.keys
+                values[..., :used, :] = self.values
+            self._buffers, self._end = (keys, values), used
+else:  # pragma: no cover - only with a transformers older than the layered cache
+    SlackLayer = None  # type: ignore[assignment,misc]
+
+
+def wrap(buffers: Layers, end: int) -> DynamicCache:
+    """A cache of the first ``end`` columns of each layer's ``(keys, values)`` buffers."""
+    if SlackLayer is None:  # pragma: no cover
+        return DynamicCache(ddp_cache_data=[(k[..., :end, :], v[..., :end, :]) for k, v in buffers])
+    cache = DynamicCache()
+    cache.layers = [SlackLayer.holding(keys, values, end) for keys, values in buffers]
+    return cache
+
+
+def empty_cache() -> DynamicCache:
+    """A cache for a prefill from nothing; its layers are ``SlackLayer`` s."""
+    cache = DynamicCache()
+    if SlackLayer is not None:
+        cache.layer_class_to_replicate = SlackLayer
+    return cache
 
 
 def can_reshape(cache: DynamicCache) -> bool:
@@ -33,29 +122,40 @@ def layers(cache: DynamicCache) -> Layers:
     return [(entry[0], entry[1]) for entry in cache]
 
 
-def _pad_left(stacked: Layers, columns: int) -> Layers:
-    if columns == 0:
-        return stacked
-    padded = []
-    for keys, values in stacked:
-        shape = (*keys.shape[:-2], columns, keys.shape[-1])
-        pad = keys.new_zeros(shape)
-        padded.append((torch.cat([pad, keys], dim=-2), torch.cat([pad, values], dim=-2)))
-    return padded
+def _buffer_like(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
+    return tensor.new_empty((rows, tensor.shape[1], columns + slack(columns), tensor.shape[-1]))
 
 
 def join(running: DynamicCache | None, running_mask: torch.Tensor | None,
          new: DynamicCache, new_mask: torch.Tensor) -> tuple[DynamicCache, torch.Tensor]:
-    """Stack ``new`` rows under ``running`` ones (either may be longer); returns cache and mask."""
+    """Stack ``new`` rows under ``running`` ones (either may be longer); returns cache and mask.
+
+    Each row is written once, right-aligned, into a buffer with spare columns;
+    the padding on the left of the narrower part is zeroed (padding is masked,
+    but a masked garbage NaN would still poison the softmax).
+    """
     if running is None or running_mask is None:
         return new, new_mask
     width = max(running_mask.shape[1], new_mask.shape[1])
-    old_layers = _pad_left(layers(running), width - running_mask.shape[1])
-    new_layers = _pad_left(layers(new), width - new_mask.shape[1])
-    stacked = [(torch.cat([ok, nk], dim=0), torch.cat([ov, nv], dim=0))
-               for (ok, ov), (nk, nv) in zip(old_layers, new_layers, strict=True)]
+    top = running_mask.shape[0]
+    buffers: Layers = []
+    for (old_k, old_v), (new_k, new_v) in zip(layers(running), layers(new), strict=True):
+        pair = []
+        for old, fresh in ((old_k, new_k), (old_v, new_v)):
+            buffer = _buffer_like(old, top + fresh.shape[0], width)
+            _put(buffer[:top], old, width)
+            _put(buffer[top:], fresh, width)
+            pair.append(buffer)
+        buffers.append((pair[0], pair[1]))
     mask = torch.cat([_pad_mask(running_mask, width), _pad_mask(new_mask, width)], dim=0)
-    return DynamicCache(ddp_cache_data=stacked), mask
+    return wrap(buffers, width), mask
+
+
+def _put(rows: torch.Tensor, part: torch.Tensor, width: int) -> None:
+    """Write ``part`` right-aligned into the first ``width`` columns of ``rows``, zeros on its left."""
+    start = width - part.shape[-2]
+    rows[..., :start, :] = 0
+    rows[..., start:width, :] = part
 
 
 def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
@@ -65,19 +165,25 @@ def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
 
 
-def select_rows(cache: DynamicCache, mask: torch.Tensor,
-                keep: list[int]) -> tuple[DynamicCache, torch.Tensor]:
-    """Keep only rows ``keep`` (in that order)."""
+def keep_rows(cache: DynamicCache, mask: torch.Tensor, keep: list[int],
+              trim: bool = True) -> tuple[DynamicCache, torch.Tensor]:
+    """Keep only rows ``keep`` (in that order); with ``trim``, cut the columns they all leave unused.
+
+    One copy: the kept rows' used columns go into a new buffer with spare columns.
+    """
     index = torch.tensor(keep, dtype=torch.long, device=mask.device)
-    cache.batch_select_indices(index)
-    return cache, mask.index_select(0, index)
-
-
-def drop_left(cache: DynamicCache, mask: torch.Tensor) -> tuple[DynamicCache, torch.Tensor]:
-    """Cut the leading columns that are padding in every row."""
-    used = mask.any(dim=0).nonzero()
-    first = int(used[0]) if used.numel() else mask.shape[1]
-    if first == 0:
-        return cache, mask
-    kept = [(keys[..., first:, :], values[..., first:, :]) for keys, values in layers(cache)]
-    return DynamicCache(ddp_cache_data=kept), mask[:, first:]
+    mask = mask.index_select(0, index)
+    first = 0
+    if trim:
+        used = mask.any(dim=0).nonzero()
+        first = int(used[0]) if used.numel() else mask.shape[1]
+    width = mask.shape[1] - first
+    buffers: Layers = []
+    for keys, values in layers(cache):
+        pair = []
+        for tensor in (keys, values):
+            buffer = _buffer_like(tensor, len(keep), width)
+            torch.index_select(tensor[..., first:, :], 0, index, out=buffer[..., :width, :])
+            pair.append(buffer)
+        buffers.append((pair[0], pair[1]))
+    return wrap(buffers, width), mask[:, first:]
