@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-__all__ = ["Layers", "SlackLayer", "can_reshape", "empty_cache", "join", "keep_rows", "layers", "wrap"]
+__all__ = ["Layers", "SlackLayer", "can_reshape", "empty_cache", "join", "keep_rows", "layers", "slack", "wrap"]
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
