@@ -66,6 +66,14 @@ def write_groups(make_row: RowFactory) -> GroupsWriter:
     return write
 
 
+@pytest.fixture
+def bandit_rows(write_groups: GroupsWriter, tmp_path: Path) -> Path:
+    """Six groups of four Bandit episodes: Dragon pays, Phoenix less, one unreadable."""
+    answers = [("<answer>Dragon</answer>", 1.0), ("<answer>Phoenix</answer>", 0.3),
+               ("<answer>Dragon</answer>", 0.0), ("what?", -0.1)]
+    return write_groups(tmp_path / "rows.parquet", [answers] * 6, logprob=0.0, version=None)
+
+
 STALL = "<answer>Jump</answer>"  # not a move: the turn changes nothing and costs the format penalty
 
 

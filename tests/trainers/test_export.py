@@ -13,15 +13,8 @@ from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.loop import run_training
 
 
-@pytest.fixture
-def rollout_file(write_groups, tmp_path: Path) -> Path:
-    answers = [("<answer>Dragon</answer>", 1.0), ("<answer>Phoenix</answer>", 0.3),
-               ("<answer>Dragon</answer>", 0.0), ("what?", -0.1)]
-    return write_groups(tmp_path / "rows.parquet", [answers] * 6, logprob=0.0, version=None)
-
-
-def _train(rollout_file: Path, out: Path, **changes: object) -> Path:
-    config = TrainConfig(trajectories=str(rollout_file), out=str(out), steps=4, group_size=4, episodes_per_step=8,
+def _train(bandit_rows: Path, out: Path, **changes: object) -> Path:
+    config = TrainConfig(trajectories=str(bandit_rows), out=str(out), steps=4, group_size=4, episodes_per_step=8,
                          checkpoint_every=2, seed=3, lr=1e-3, **changes)
     result = run_training(config, device="cpu")
     assert result.final_model is not None
@@ -42,9 +35,9 @@ def _export(*args: str) -> str:
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_the_newest_checkpoint_exports_the_final_weights_and_an_older_one_its_own(
-        rollout_file: Path, tmp_path: Path, lora: bool) -> None:
+        bandit_rows: Path, tmp_path: Path, lora: bool) -> None:
     run = tmp_path / "run"
-    final = _weights(_train(rollout_file, run, lora=lora))
+    final = _weights(_train(bandit_rows, run, lora=lora))
     assert "written to" in _export(str(run))
     newest = _weights(run / "step-000004")
     assert newest.keys() == final.keys()
@@ -56,12 +49,12 @@ def test_the_newest_checkpoint_exports_the_final_weights_and_an_older_one_its_ow
 
 
 def test_a_folder_without_checkpoints_or_a_missing_step_is_refused_saying_what_there_is(
-        rollout_file: Path, tmp_path: Path) -> None:
+        bandit_rows: Path, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["export", str(tmp_path)])
     assert result.exit_code == 2
     assert "neither a checkpoint folder" in result.output
     run = tmp_path / "run"
-    _train(rollout_file, run)
+    _train(bandit_rows, run)
     result = CliRunner().invoke(app, ["export", str(run), "--step", "3"])
     assert result.exit_code == 2
     assert "no checkpoint of step 3; it has step(s) 2, 4" in result.output

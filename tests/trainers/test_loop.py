@@ -15,25 +15,17 @@ from agentgym.trainers.loop import run_training
 from agentgym.trainers.metrics import read_jsonl
 
 
-@pytest.fixture
-def rollout_file(write_groups, tmp_path: Path) -> Path:
-    """Six groups of four Bandit episodes: Dragon pays, Phoenix less, one unreadable."""
-    answers = [("<answer>Dragon</answer>", 1.0), ("<answer>Phoenix</answer>", 0.3),
-               ("<answer>Dragon</answer>", 0.0), ("what?", -0.1)]
-    return write_groups(tmp_path / "rows.parquet", [answers] * 6, logprob=0.0, version=None)
-
-
-def _offline(rollout_file: Path, out: Path, **changes: object) -> TrainConfig:
-    values: dict[str, object] = {"trajectories": str(rollout_file), "out": str(out), "steps": 4, "group_size": 4,
+def _offline(bandit_rows: Path, out: Path, **changes: object) -> TrainConfig:
+    values: dict[str, object] = {"trajectories": str(bandit_rows), "out": str(out), "steps": 4, "group_size": 4,
                                  "episodes_per_step": 8, "checkpoint_every": 2, "seed": 3}
     values.update(changes)
     return TrainConfig(**values)
 
 
-def test_offline_training_logs_checkpoints_and_saves_a_model(rollout_file: Path, tmp_path: Path) -> None:
+def test_offline_training_logs_checkpoints_and_saves_a_model(bandit_rows: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    result = run_training(_offline(rollout_file, tmp_path / "run"), device="cpu")
+    result = run_training(_offline(bandit_rows, tmp_path / "run"), device="cpu")
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2, 3]
     for record in records:
@@ -47,11 +39,11 @@ def test_offline_training_logs_checkpoints_and_saves_a_model(rollout_file: Path,
     assert samples and {"step", "reward", "success", "messages"} <= samples[0].keys()
 
 
-def test_resumed_run_ends_as_the_uninterrupted_one(rollout_file: Path, tmp_path: Path) -> None:
-    straight = run_training(_offline(rollout_file, tmp_path / "straight"), device="cpu")
-    stopped = run_training(_offline(rollout_file, tmp_path / "resumed"), stop_after=1, device="cpu")
+def test_resumed_run_ends_as_the_uninterrupted_one(bandit_rows: Path, tmp_path: Path) -> None:
+    straight = run_training(_offline(bandit_rows, tmp_path / "straight"), device="cpu")
+    stopped = run_training(_offline(bandit_rows, tmp_path / "resumed"), stop_after=1, device="cpu")
     assert stopped.stopped_early and len(stopped.metrics) == 1
-    resumed = run_training(_offline(rollout_file, tmp_path / "resumed", resume=True), device="cpu")
+    resumed = run_training(_offline(bandit_rows, tmp_path / "resumed", resume=True), device="cpu")
     assert len(resumed.metrics) == 3
     logged = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
     expected = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
@@ -62,13 +54,13 @@ def test_resumed_run_ends_as_the_uninterrupted_one(rollout_file: Path, tmp_path:
     assert straight.final_model is not None and resumed.final_model is not None
 
 
-def test_an_existing_run_needs_resume(rollout_file: Path, tmp_path: Path) -> None:
-    run_training(_offline(rollout_file, tmp_path / "run", steps=2), device="cpu")
+def test_an_existing_run_needs_resume(bandit_rows: Path, tmp_path: Path) -> None:
+    run_training(_offline(bandit_rows, tmp_path / "run", steps=2), device="cpu")
     with pytest.raises(ConfigError, match=r"already holds a training run\. Continue it with --resume"):
-        run_training(_offline(rollout_file, tmp_path / "run", steps=2), device="cpu")
+        run_training(_offline(bandit_rows, tmp_path / "run", steps=2), device="cpu")
 
 
-def test_a_rollout_file_without_usable_rows_is_refused(make_row, tmp_path: Path) -> None:
+def test_a_bandit_rows_without_usable_rows_is_refused(make_row, tmp_path: Path) -> None:
     path = tmp_path / "failed.parquet"
     with RolloutWriter(path) as writer:
         writer.add([make_row().model_copy(update={"error": "TimeoutError"})])
