@@ -12,7 +12,8 @@
 #
 # Everything runs on the CPU; docs/results.md has the numbers it gave on 2 cores. On clean
 # demonstrations the SFT step's result varied from run to run (86.5%, 47.5% and 32.0% success on
-# the unseen levels); with EXPERT_NOISE (below) it gave 74.5%, and 81.5% after the DAgger round.
+# the unseen levels); with EXPERT_NOISE (below) it gave 74.5%, and 81.5% after the DAgger round,
+# but 36.0% when run again (2026-11-26): a run's SFT result still varies widely.
 # GRPO has not yet improved on an SFT model here: from the DAgger model it gave 81.5% with
 # GRPO_KL (the same levels as SFT alone) and 75.5% without, and 83.0% on the levels the DAgger
 # model failed (HARD_LEVELS=1800; paired with SFT 14 levels against 11, not significant).
