@@ -183,8 +183,7 @@ class DecodeBatch:
         for layer, (keys, values) in enumerate(template):
             pair = []
             for part, stored in enumerate((keys, values)):
-                size = columns + width
-                buffer = stored.new_empty((len(new), stored.shape[0], size + kv.slack(size), stored.shape[-1]))
+                buffer = kv.buffer_like(stored, len(new), columns + width)
                 buffer[:, :, :columns] = 0  # padding left of each row's reused part
                 for row, (seq, skip) in enumerate(zip(new, reused, strict=True)):
                     if skip and seq.prefix_hit is not None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-__all__ = ["Layers", "SlackLayer", "can_reshape", "empty_cache", "join", "keep_rows", "layers", "slack", "wrap"]
+__all__ = ["Layers", "SlackLayer", "buffer_like", "can_reshape", "empty_cache", "join", "keep_rows", "layers", "slack", "wrap"]
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -122,8 +122,10 @@ def layers(cache: DynamicCache) -> Layers:
     return [(entry[0], entry[1]) for entry in cache]
 
 
-def _buffer_like(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
-    return tensor.new_empty((rows, tensor.shape[1], columns + slack(columns), tensor.shape[-1]))
+def buffer_like(tensor: torch.Tensor, rows: int, columns: int) -> torch.Tensor:
+    """An empty ``[rows, heads, columns + slack, dim]`` buffer of ``tensor``'s heads, dim, dtype and
+    device (``tensor``: one row ``[heads, columns, dim]`` or a batch of them)."""
+    return tensor.new_empty((rows, tensor.shape[-3], columns + slack(columns), tensor.shape[-1]))
 
 
 def join(running: DynamicCache | None, running_mask: torch.Tensor | None,
@@ -142,7 +144,7 @@ def join(running: DynamicCache | None, running_mask: torch.Tensor | None,
     for (old_k, old_v), (new_k, new_v) in zip(layers(running), layers(new), strict=True):
         pair = []
         for old, fresh in ((old_k, new_k), (old_v, new_v)):
-            buffer = _buffer_like(old, top + fresh.shape[0], width)
+            buffer = buffer_like(old, top + fresh.shape[0], width)
             _put(buffer[:top], old, width)
             _put(buffer[top:], fresh, width)
             pair.append(buffer)
@@ -182,7 +184,7 @@ def keep_rows(cache: DynamicCache, mask: torch.Tensor, keep: list[int],
     for keys, values in layers(cache):
         pair = []
         for tensor in (keys, values):
-            buffer = _buffer_like(tensor, len(keep), width)
+            buffer = buffer_like(tensor, len(keep), width)
             torch.index_select(tensor[..., first:, :], 0, index, out=buffer[..., :width, :])
             pair.append(buffer)
         buffers.append((pair[0], pair[1]))

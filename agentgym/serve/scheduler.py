@@ -37,7 +37,14 @@ from typing import Any
 
 import torch
 
-from agentgym.serve.batch import DecodeBatch, EngineFailure, Sequence, SequenceUpdate, Sink, usable_prefix
+from agentgym.serve.batch import (
+    DecodeBatch,
+    EngineFailure,
+    Sequence,
+    SequenceUpdate,
+    Sink,
+    usable_prefix,
+)
 from agentgym.serve.prefix import PrefixCache
 from agentgym.serve.sampling import SampleOutput, make_generator, sample
 
@@ -260,7 +267,7 @@ class Scheduler:
         for seq in self._waiting:
             if len(chosen) >= room or seq.adapter != self._batch_key:
                 break
-            seq.prefix_hit = self.prefix.lookup(seq.adapter, seq.prompt_ids) if self._batch.prefix else None
+            seq.prefix_hit = self.prefix.lookup(seq.adapter, seq.prompt_ids)  # None from an empty cache
             wider = max(longest, len(seq.prompt_ids) - usable_prefix(seq))
             if chosen and wider * (len(chosen) + 1) > self.limits.max_prefill_tokens:
                 break
