@@ -64,21 +64,29 @@ GRPO_KL=${GRPO_KL:-1}            # KL to the start model: without it GRPO cost t
 # GRPO_TURNS turns) and GRPO plays only the ones it failed. 0: GRPO plays new levels every step.
 HARD_LEVELS=${HARD_LEVELS:-0}
 EVAL_EPISODES=${EVAL_EPISODES:-200}
+CONCURRENCY=${CONCURRENCY:-32}   # episodes played at once by the model's rollouts and evals
+GRPO_CONCURRENCY=${GRPO_CONCURRENCY:-64}  # ... and by GRPO's rollouts
+DEMOS_FROM=${DEMOS_FROM:-}       # an existing demos.parquet (same env settings and tokenizer): skip step 1
+BOUNDS=${BOUNDS:-1}              # 0: skip the random and solver evals (step 4)
 if [[ -n "${QUICK:-}" ]]; then
   MODEL=tiny DEMOS=16 SFT_STEPS=2 DAGGER_EPISODES=8 DAGGER_STEPS=2 GRPO_STEPS=1 GRPO_EPISODES=16 EVAL_EPISODES=4
   HARD_LEVELS=8
 fi
 ENV=(--env Sokoban-LLM-v0 -k "dim_room=$ROOM" -k "num_boxes=$BOXES" -k brief=true -k show_positions=true)
-EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000)
+EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000 --concurrency "$CONCURRENCY")
 GRPO=(--trainer grpo --backend fsdp --steps "$GRPO_STEPS" --group-size 8 --episodes-per-step "$GRPO_EPISODES"
       --lr "$GRPO_LR" --max-turns "$GRPO_TURNS" --max-tokens 16 --seed 1 -s mini_batches=4 -s epochs="$GRPO_EPOCHS"
       -s format_warmup_episodes=0 -s lr_schedule=constant -s checkpoint_every=1000 -s advantage=dr_grpo
-      -s kl_coef="$GRPO_KL" -k format_penalty=1)
+      -s kl_coef="$GRPO_KL" -k format_penalty=1 -s concurrency="$GRPO_CONCURRENCY")
 mkdir -p "$OUT"
 
 # 1. Demonstrations: the solver's episodes, in the tokens the model would have produced.
-"$AGENTGYM" rollout "${ENV[@]}" --policy solver --expert-noise "$EXPERT_NOISE" --model "$MODEL" \
-  --episodes "$DEMOS" --out "$OUT/demos.parquet" --show 1
+if [[ -n "$DEMOS_FROM" ]]; then
+  cp "$DEMOS_FROM" "$OUT/demos.parquet"
+else
+  "$AGENTGYM" rollout "${ENV[@]}" --policy solver --expert-noise "$EXPERT_NOISE" --model "$MODEL" \
+    --episodes "$DEMOS" --out "$OUT/demos.parquet" --show 1
+fi
 
 # 2. SFT of a random-init model on them (loss on the moves only).
 "$AGENTGYM" train --trainer sft --trajectories "$OUT/demos.parquet" --model "$MODEL" \
@@ -91,7 +99,8 @@ START="$OUT/sft/final"
 # labels every position it reaches, and SFT goes on from it on those rows and the demonstrations.
 if (( DAGGER_EPISODES > 0 )); then
   "$AGENTGYM" rollout "${ENV[@]}" --model "$OUT/sft/final" --dagger "$DAGGER_SHARE" --temperature 0 \
-    --max-tokens 16 --episodes "$DAGGER_EPISODES" --seed 20000 --out "$OUT/dagger.parquet" --show 1
+    --max-tokens 16 --episodes "$DAGGER_EPISODES" --seed 20000 --concurrency "$CONCURRENCY" \
+    --out "$OUT/dagger.parquet" --show 1
   "$AGENTGYM" train --trainer sft --model "$OUT/sft/final" \
     --trajectories "$OUT/dagger.parquet,$OUT/dagger.parquet,$OUT/demos.parquet" \
     --steps "$DAGGER_STEPS" --lr "$DAGGER_LR" -s micro_batch_size=16 -s warmup_steps=20 -s lr_schedule=cosine \
@@ -107,7 +116,7 @@ if (( HARD_LEVELS > 0 )); then
   # --out "$OUT": the mining result (training seeds, GRPO's turn limit) goes to the recipe's folder,
   # not into the start model's report beside its eval on the unseen levels.
   "$AGENTGYM" eval "${ENV[@]}" --model "$START" --episodes "$HARD_LEVELS" --seed-offset 3000000 \
-    --max-turns "$GRPO_TURNS" --failed-seeds-out "$OUT/hard_levels.txt" --out "$OUT"
+    --max-turns "$GRPO_TURNS" --concurrency "$CONCURRENCY" --failed-seeds-out "$OUT/hard_levels.txt" --out "$OUT"
   if grep -qv '^#' "$OUT/hard_levels.txt"; then
     GRPO+=(-s level_seeds="$OUT/hard_levels.txt")
   else
@@ -120,6 +129,8 @@ fi
 "$AGENTGYM" eval "${ENV[@]}" --model "$OUT/grpo/final" "${EVAL[@]}" --episodes-out "$OUT/eval_grpo.parquet"
 
 # 4. The bounds: random moves and the solver, on the same unseen levels.
-"$AGENTGYM" eval "${ENV[@]}" --policy random "${EVAL[@]}"
-"$AGENTGYM" eval "${ENV[@]}" --policy solver "${EVAL[@]}"
+if (( BOUNDS )); then
+  "$AGENTGYM" eval "${ENV[@]}" --policy random "${EVAL[@]}"
+  "$AGENTGYM" eval "${ENV[@]}" --policy solver "${EVAL[@]}"
+fi
 "$AGENTGYM" report "$OUT/grpo"

@@ -3,6 +3,7 @@
 
     python scripts/compare_evals.py runs/sokoban6/eval_sft.parquet runs/sokoban6/eval_grpo.parquet
     python scripts/compare_evals.py a_0.parquet,a_1.parquet b.parquet --turns
+    python scripts/compare_evals.py sft_1000.parquet grpo_1000.parquet --first 200
 
 Both evals must have played the same seeds (the same ``--seed-offset`` and
 ``--episodes``); an eval run in parts is given as its files joined by commas.
@@ -74,8 +75,14 @@ def main() -> int:
     parser.add_argument("a", help="the first eval's episode file(s), comma separated")
     parser.add_argument("b", help="the second eval's episode file(s), comma separated")
     parser.add_argument("--turns", action="store_true", help="count what the turns of failed episodes did")
+    parser.add_argument("--first", type=int, metavar="N",
+                        help="only the N levels of lowest seed (an eval of 1000 levels holds the one of 200)")
     args = parser.parse_args()
     a, b = episodes_by_seed(args.a), episodes_by_seed(args.b)
+    if args.first is not None:
+        keep = set(sorted(a)[:args.first])
+        a = {seed: row for seed, row in a.items() if seed in keep}
+        b = {seed: row for seed, row in b.items() if seed in keep}
     if set(a) != set(b):
         print(f"The evals played different levels ({len(set(a) ^ set(b))} seeds in one only): "
               "run both with the same --seed-offset and --episodes.", file=sys.stderr)

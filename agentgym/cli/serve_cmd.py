@@ -36,6 +36,12 @@ def serve_command(
         help="Memory the built-in engine keeps finished requests' KV in, so a prompt that "
              "continues one (the next turn of a conversation) prefills only its new tokens; "
              "0 turns it off.")] = 1024,
+    device: Annotated[str, typer.Option(
+        help="Where the built-in engine runs the model: auto (the GPU when torch sees one), "
+             "cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[str, typer.Option(
+        help="Weights' dtype in the built-in engine: float32, bfloat16 or float16 "
+             "(keep float32 on the CPU, where the others are slow).")] = "float32",
 ) -> None:
     """Serve a model over the OpenAI API (with vLLM's token-id extensions) until Ctrl-C."""
     if port < 1 or port > 65535:
@@ -58,6 +64,6 @@ def serve_command(
     try:
         serve_builtin(model, host=host, port=port, api_key=api_key, served_model_name=name,
                       max_model_len=max_model_len, torch_threads=threads,
-                      prefix_cache_mib=prefix_cache_mib)
+                      prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc

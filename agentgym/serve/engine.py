@@ -44,7 +44,26 @@ from agentgym.serve.weights import (
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-__all__ = ["Engine", "EngineConfig", "Generation", "WeightUpdate"]
+__all__ = ["Engine", "EngineConfig", "Generation", "WeightUpdate", "resolve_device"]
+
+
+def resolve_device(choice: str) -> torch.device:
+    """``auto`` (the first GPU if torch sees one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    The trainers resolve their ``device`` setting here too, so "auto" means the same
+    thing for a trainer and the built-in server it starts.
+    """
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(choice)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {choice!r}.")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {choice!r} was asked for but torch sees no GPU; use cpu or auto.")
+    return device
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _MAX_N = 128  # choices per request
@@ -60,8 +79,8 @@ class EngineConfig:
     """Prompt + completion tokens allowed per request; default: the model's max positions."""
     dtype: str = "float32"
     """float32, bfloat16 or float16 (float32 on the CPU: the others are slow there)."""
-    device: str = "cpu"
-    """Torch device of the model, e.g. cpu or cuda."""
+    device: str = "auto"
+    """Torch device of the model: auto (the GPU when one is visible), cpu, cuda or cuda:N."""
     max_num_seqs: int = 256
     """Most choices decoded together."""
     max_prefill_tokens: int = 8192
@@ -78,6 +97,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}.")
+        resolve_device(self.device)  # a bad name fails here, before the model loads
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ConfigError(f"max_model_len must be at least 2, got {self.max_model_len}.")
         if self.max_num_seqs < 1 or self.max_prefill_tokens < 1 or self.batch_wait_ms < 0:
@@ -146,7 +166,7 @@ class Engine:
 
         self.config = config
         self.model_path = resolve_model(config.model)
-        self.device = torch.device(config.device)
+        self.device = resolve_device(config.device)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=_DTYPES[config.dtype])
         self.model = model.to(self.device).eval()

@@ -102,7 +102,7 @@ def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] |
 def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_key: str | None = None,
                   served_model_name: str | None = None, max_model_len: int | None = None,
                   torch_threads: int | None = None, prefix_cache_mib: int = 1024,
-                  log_level: str = "info") -> None:
+                  device: str = "auto", dtype: str = "float32", log_level: str = "info") -> None:
     """Load ``model`` and serve it over HTTP until interrupted (blocks)."""
     import uvicorn
 
@@ -111,7 +111,7 @@ def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_ke
 
     engine = Engine(EngineConfig(model, max_model_len=max_model_len,
                                  torch_threads=torch_threads or default_torch_threads(),
-                                 prefix_cache_mib=prefix_cache_mib))
+                                 prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype))
     app = create_app(engine, api_key=api_key, served_model_name=served_model_name)
     try:
         engine.start()
@@ -132,6 +132,7 @@ class BuiltinServer:
     def __init__(self, model: str, port: int | None = None, *, served_model_name: str | None = None,
                  max_model_len: int | None = None, api_key: str | None = None,
                  torch_threads: int | None = None, prefix_cache_mib: int | None = None,
+                 device: str | None = None, dtype: str | None = None,
                  startup_timeout: float = 180.0) -> None:
         self.model = model
         self.port = port or free_port()
@@ -140,6 +141,8 @@ class BuiltinServer:
         self.api_key = api_key
         self.torch_threads = torch_threads
         self.prefix_cache_mib = prefix_cache_mib  # None: the server's default
+        self.device = device  # None: the server's default (auto: the GPU when there is one)
+        self.dtype = dtype
         self.startup_timeout = startup_timeout
         self.url = f"http://{_LOOPBACK}:{self.port}"
         self.base_url = f"{self.url}/v1"
@@ -158,6 +161,10 @@ class BuiltinServer:
             args += ["--threads", str(self.torch_threads)]
         if self.prefix_cache_mib is not None:
             args += ["--prefix-cache-mib", str(self.prefix_cache_mib)]
+        if self.device is not None:
+            args += ["--device", self.device]
+        if self.dtype is not None:
+            args += ["--dtype", self.dtype]
         return args
 
     def start(self) -> BuiltinServer:

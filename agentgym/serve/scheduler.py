@@ -241,7 +241,7 @@ class Scheduler:
         self._admitting = chosen
         for seq in chosen:
             seq.policy_version = self.policy_version
-            seq.generator = make_generator(seq.params.seed)
+            seq.generator = make_generator(seq.params.seed, batch.device)  # on the logits' device
             self.stats.prompt_tokens += len(seq.prompt_ids)
         start = len(batch)
         logits = batch.prefill(chosen)

@@ -72,6 +72,8 @@ def test_rollout_writes_parquet_resumes_and_view_reads_it(tmp_path: Path) -> Non
         ([*RANDOM, "--resume"], "--resume needs --out"),
         (["view", "missing.parquet"], "does not exist"),
         (["play", "Sokobn-LLM-v0"], "Did you mean"),
+        (["serve", "--model", "tiny", "--device", "gpu"], "device must be auto, cpu, cuda or cuda:N"),
+        (["serve", "--model", "tiny", "--dtype", "fp8"], "dtype must be one of"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -> None:

@@ -193,6 +193,15 @@ def test_compare_evals_pairs_two_evals_level_by_level(tmp_path: Path) -> None:
     assert f"only A solved: {8 - random_solved}, only B solved: 0" in done.stdout
     assert "B failed-episode turns:" in done.stdout and "unreadable" not in done.stdout  # random moves are valid
 
+    # --first N: the N lowest seeds only (the eval of 200 levels inside one of 1000).
+    first = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"),
+                            str(tmp_path / "random.parquet"), "--first", "3"], capture_output=True, text=True,
+                           check=False)
+    random_first = sum(row.success for row in read_rows(tmp_path / "random.parquet") if row.seed < 100003)
+    assert first.returncode == 0, first.stderr
+    assert "A: 3/3 solved (100.0%)" in first.stdout
+    assert f"only A solved: {3 - random_first}, only B solved: 0" in first.stdout
+
     missing = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"),
                               str(tmp_path / "x.parquet")], capture_output=True, text=True, check=False)
     assert missing.returncode != 0 and "No episodes in" in missing.stderr

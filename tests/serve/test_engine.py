@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from agentgym.errors import ConfigError, InvalidRequestError, ServeError
 from agentgym.serve.batch import SequenceUpdate
-from agentgym.serve.engine import Engine, EngineConfig
+from agentgym.serve.engine import Engine, EngineConfig, resolve_device
+from agentgym.serve.launch import BuiltinServer
 from agentgym.serve.sampling import SamplingParams
 
 PROMPTS = [[1, 5, 6, 7], list(range(20, 60)), [300, 301], list(range(100, 117))]
@@ -131,3 +133,26 @@ def test_requests_the_engine_cannot_serve_are_refused_naming_the_field(engine: E
 def test_a_context_longer_than_the_model_allows_is_a_config_error(tiny_model: str) -> None:
     with pytest.raises(ConfigError, match="larger than the model's maximum positions"):
         Engine(EngineConfig(tiny_model, max_model_len=10**6))
+
+
+def test_the_device_is_auto_by_default_and_a_bad_one_fails_before_loading() -> None:
+    assert EngineConfig("tiny").device == "auto"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    for bad in ("gpu", "tpu", "meta", "cuda:x"):
+        with pytest.raises(ConfigError, match="device must be auto, cpu, cuda or cuda:N"):
+            EngineConfig("no-such-model", device=bad)  # raised before any model is looked for
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_asking_for_a_gpu_on_a_machine_without_one_says_so() -> None:
+    with pytest.raises(ConfigError, match="torch sees no GPU; use cpu or auto"):
+        resolve_device("cuda:0")
+
+
+def test_the_builtin_server_passes_device_and_dtype_only_when_given() -> None:
+    plain = BuiltinServer("tiny", port=1).command()
+    assert "--device" not in plain and "--dtype" not in plain  # the server's defaults: auto, float32
+    chosen = BuiltinServer("tiny", port=1, device="cpu", dtype="bfloat16").command()
+    assert chosen[chosen.index("--device") + 1] == "cpu"
+    assert chosen[chosen.index("--dtype") + 1] == "bfloat16"

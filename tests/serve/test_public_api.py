@@ -7,6 +7,6 @@ from __future__ import annotations
 def test_the_engine_api() -> None:
     from agentgym.serve import engine, launch
 
-    assert set(engine.__all__) == {"Engine", "EngineConfig", "Generation", "WeightUpdate"}
+    assert set(engine.__all__) == {"Engine", "EngineConfig", "Generation", "WeightUpdate", "resolve_device"}
     assert set(launch.__all__) == {"BuiltinServer", "default_torch_threads", "free_port", "serve_builtin",
                                    "stop_when_parent_exits", "wait_for_health", "PARENT_PID_ENV"}

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from agentgym.errors import ConfigError
+from agentgym.serve.engine import resolve_device
 
 __all__ = [
     "Dist",
@@ -48,16 +49,13 @@ class Dist:
 
 
 def _device(choice: str, local_rank: int) -> torch.device:
-    if choice == "auto":
-        choice = "cuda" if torch.cuda.is_available() else "cpu"
-    if choice == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("device cuda was asked for but no GPU is visible; use device cpu.")
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    if choice != "cpu":
-        raise ConfigError(f"device must be auto, cpu or cuda, got {choice!r}.")
-    return torch.device("cpu")
+    """The trainer's device: a GPU is this process's local rank unless ``cuda:N`` names one."""
+    device = resolve_device(choice)
+    if device.type != "cuda":
+        return device
+    index = local_rank if device.index is None else device.index
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 def init_distributed(device: str = "auto") -> Dist:
