@@ -10,7 +10,10 @@
 #     bash examples/sokoban_from_scratch.sh               # 7x7, 2 boxes, starting from the 6x6 model
 #   QUICK=1 bash examples/sokoban_from_scratch.sh         # every piece, tiny sizes: a smoke test (minutes)
 #
-# Everything runs on the CPU; docs/results.md has the numbers it gave on 2 cores. On clean
+# On a lent GPU machine (no package index there): scripts/device_prepare.sh here, then
+# scripts/device_sokoban.sh there; the built-in server and the trainers use the GPU by themselves.
+#
+# The measured runs were on the CPU; docs/results.md has the numbers they gave on 2 cores. On clean
 # demonstrations the SFT step's result varied from run to run (86.5%, 47.5% and 32.0% success on
 # the unseen levels); with EXPERT_NOISE (below) it gave 74.5%, and 81.5% after the DAgger round,
 # but 36.0% when run again (2026-11-26): a run's SFT result still varies widely.
