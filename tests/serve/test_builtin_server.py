@@ -20,6 +20,7 @@ from serve_helpers import TIMEOUT_S, RunningServer, ThreadedServer
 
 from agentgym.serve.app import create_app
 from agentgym.serve.engine import Engine, EngineConfig
+from agentgym.serve.launch import BuiltinServer
 
 PROMPT = [1, 5, 6, 7]
 
@@ -311,3 +312,11 @@ def test_the_built_in_server_stops_when_its_parent_is_killed(tiny_model: str) ->
             assert not _running(server_pid)
         finally:
             parent.kill()
+
+
+def test_the_builtin_server_passes_device_and_dtype_only_when_given() -> None:
+    plain = BuiltinServer("tiny", port=1).command()
+    assert "--device" not in plain and "--dtype" not in plain  # the server's defaults: auto, float32
+    chosen = BuiltinServer("tiny", port=1, device="cpu", dtype="bfloat16").command()
+    assert chosen[chosen.index("--device") + 1] == "cpu"
+    assert chosen[chosen.index("--dtype") + 1] == "bfloat16"

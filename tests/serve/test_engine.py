@@ -12,7 +12,6 @@ import torch
 from agentgym.errors import ConfigError, InvalidRequestError, ServeError
 from agentgym.serve.batch import SequenceUpdate
 from agentgym.serve.engine import Engine, EngineConfig, resolve_device
-from agentgym.serve.launch import BuiltinServer
 from agentgym.serve.sampling import SamplingParams
 
 PROMPTS = [[1, 5, 6, 7], list(range(20, 60)), [300, 301], list(range(100, 117))]
@@ -148,11 +147,3 @@ def test_the_device_is_auto_by_default_and_a_bad_one_fails_before_loading() -> N
 def test_asking_for_a_gpu_on_a_machine_without_one_says_so() -> None:
     with pytest.raises(ConfigError, match="torch sees no GPU; use cpu or auto"):
         resolve_device("cuda:0")
-
-
-def test_the_builtin_server_passes_device_and_dtype_only_when_given() -> None:
-    plain = BuiltinServer("tiny", port=1).command()
-    assert "--device" not in plain and "--dtype" not in plain  # the server's defaults: auto, float32
-    chosen = BuiltinServer("tiny", port=1, device="cpu", dtype="bfloat16").command()
-    assert chosen[chosen.index("--device") + 1] == "cpu"
-    assert chosen[chosen.index("--dtype") + 1] == "bfloat16"

@@ -72,10 +72,17 @@ def init_distributed(device: str = "auto") -> Dist:
 
 
 def all_reduce(tensor: torch.Tensor, info: Dist, op: str = "sum") -> torch.Tensor:
-    """Sum (or max) ``tensor`` over every rank, in place; returns it."""
+    """Sum (or max) ``tensor`` over every rank, in place; returns it.
+
+    ``tensor`` may live anywhere: nccl reduces GPU tensors only, so it travels through
+    the rank's device and back. One process reduces nothing and moves nothing.
+    """
     if info.sharded:
         reduce_op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op]
-        dist.all_reduce(tensor, op=reduce_op)
+        on_device = tensor.to(info.device)
+        dist.all_reduce(on_device, op=reduce_op)
+        if on_device is not tensor:
+            tensor.copy_(on_device)
     return tensor
 
 

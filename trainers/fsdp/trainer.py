@@ -278,7 +278,7 @@ class FSDPTrainer:
             local = sum(s.loss_tokens for s in mini)
         else:
             local = len(mini)
-        total = all_reduce(torch.tensor(float(local), device=self.dist.device), self.dist).item()
+        total = all_reduce(torch.tensor(float(local)), self.dist).item()
         return max(total, 1.0)
 
     def _micro_batches(self, mini: list[TrainSequence]) -> list[list[TrainSequence]]:
@@ -287,7 +287,7 @@ class FSDPTrainer:
                                   micro_batch_size=self.config.micro_batch_size)
         groups = [[mini[i] for i in indices] for indices in plan]
         # FSDP: every rank must run as many forward/backward passes as the busiest one.
-        count = int(all_reduce(torch.tensor(len(groups), device=self.dist.device), self.dist, op="max").item())
+        count = int(all_reduce(torch.tensor(len(groups)), self.dist, op="max").item())
         empty = TrainSequence(input_ids=[self.pad_id, self.pad_id], prompt_length=1, loss_mask=[0],
                               rollout_logprobs=[0.0], has_rollout_logprobs=False, advantages=[0.0])
         return groups + [[empty]] * (count - len(groups))
@@ -374,11 +374,11 @@ class FSDPTrainer:
                  sequences: list[TrainSequence], seconds: float) -> dict[str, float]:
         weighted = stats.weighted or {}
         totals = torch.tensor([stats.tokens, stats.model_tokens, *(weighted.get(k, 0.0) for k in _WEIGHTED)],
-                              dtype=torch.float64, device=self.dist.device)  # nccl reduces GPU tensors only
+                              dtype=torch.float64)
         all_reduce(totals, self.dist)
         tokens, model_tokens = float(totals[0]), float(totals[1])
         metrics = {name: float(totals[2 + i]) / max(tokens, 1.0) for i, name in enumerate(_WEIGHTED)}
-        loss = all_reduce(torch.tensor(stats.loss, dtype=torch.float64, device=self.dist.device), self.dist).item()
+        loss = all_reduce(torch.tensor(stats.loss, dtype=torch.float64), self.dist).item()
         norms = stats.grad_norms or [0.0]
         metrics.update({
             "loss": loss / max(len(norms), 1),
