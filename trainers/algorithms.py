@@ -26,6 +26,13 @@ Departures from the papers, on purpose:
   pi_old / pi_rollout, the gap between the trainer's and the server's
   numerics; truncated (TIS) caps the weight, masked (MIS) drops the tokens
   (or whole sequences) whose weight is over the cap.
+- ``top_entropy_quantile`` (Wang et al. 2025, "Beyond the 80/20 Rule:
+  High-Entropy Minority Tokens Drive Effective Reinforcement Learning", TRL's
+  option of the same name) keeps the policy term on the highest-entropy
+  tokens of each forward batch only; the KL term keeps every token. In a
+  multi-turn text game most tokens are the answer's fixed markup: their
+  gradient is tiny but, summed over long failed episodes, one-signed, and
+  Adam scales it up to a full step (docs/results.md, 2026-11-27).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ __all__ = [
     "anchor_advantages",
     "discounted_returns",
     "group_advantages",
+    "high_entropy_mask",
     "importance_weights",
     "kl_k3",
     "masked_mean",
@@ -162,6 +170,23 @@ def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(delta) - delta - 1.0
 
 
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
+    """1 on the masked tokens whose entropy is in the top ``top_quantile`` of them, else 0.
+
+    The cut is the ``1 - top_quantile`` quantile of the masked tokens' entropies
+    (ties at the cut are kept, as in TRL); 1 keeps every masked token, 0 only the
+    highest. Never differentiated.
+    """
+    if not 0.0 <= top_quantile <= 1.0:
+        raise ConfigError(f"top_entropy_quantile must be within [0, 1] (1: every token), got {top_quantile}.")
+    valid = mask.bool()
+    if top_quantile >= 1.0 or not valid.any():
+        return valid.to(mask.dtype)
+    values = entropy.detach().float()
+    cut = torch.quantile(values[valid], 1.0 - top_quantile)
+    return (valid & (values >= cut)).to(mask.dtype)
+
+
 def importance_weights(old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor,
                        *, mode: Correction = "truncate", level: CorrectionLevel = "token",
                        cap: float = 2.0) -> torch.Tensor:
@@ -208,6 +233,8 @@ class LossConfig:
     correction_cap: float = 2.0
     negative_advantage_weight: float = 1.0
     """Scale of the negative advantages (1: GRPO; 0: learn from the better-than-average samples only)."""
+    top_entropy_quantile: float = 1.0
+    """Share of each forward batch's tokens, by entropy, that carry the policy term (1: all of them)."""
 
     def __post_init__(self) -> None:
         if self.clip_low < 0 or self.clip_high < 0:
@@ -220,6 +247,9 @@ class LossConfig:
         if not 0.0 <= self.negative_advantage_weight <= 1.0:
             raise ConfigError(f"negative_advantage_weight must be within [0, 1] (1: GRPO, 0: the positive "
                               f"side only), got {self.negative_advantage_weight}.")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ConfigError(f"top_entropy_quantile must be within [0, 1] (1: every token, 0.2: the paper's "
+                              f"choice), got {self.top_entropy_quantile}.")
 
 
 @dataclass
@@ -243,7 +273,8 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, config: LossConfig) 
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, config: LossConfig = LossConfig(), *,
                 rollout_logprobs: torch.Tensor | None = None,
-                ref_logprobs: torch.Tensor | None = None) -> LossOutput:
+                ref_logprobs: torch.Tensor | None = None,
+                entropy: torch.Tensor | None = None) -> LossOutput:
     """The clipped surrogate loss of PPO/GRPO over the policy's sampled tokens.
 
     Args:
@@ -255,6 +286,8 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         rollout_logprobs: [B, T] what the server reported when sampling; enables
             the importance-sampling correction of ``config.correction``.
         ref_logprobs: [B, T] the reference model's, needed when ``kl_coef > 0``.
+        entropy: [B, T] the policy's entropy at each token, needed when
+            ``top_entropy_quantile < 1``.
     """
     mask = mask.to(logprobs.dtype)
     ratio = torch.exp(logprobs - old_logprobs.detach())
@@ -271,6 +304,13 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
         weights = importance_weights(old_logprobs, rollout_logprobs, mask, mode=config.correction,
                                      level=config.correction_level, cap=config.correction_cap)
         per_token = per_token * weights
+    kept = mask
+    if config.top_entropy_quantile < 1.0:
+        if entropy is None:
+            raise ConfigError("top_entropy_quantile < 1 needs the tokens' entropy.")
+        # Dropped from the policy term only: the denominator stays every token (as in TRL).
+        kept = high_entropy_mask(entropy, mask, config.top_entropy_quantile)
+        per_token = per_token * kept
     kl = torch.zeros_like(per_token)
     if config.kl_coef > 0:
         if ref_logprobs is None:
@@ -287,6 +327,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             "ratio_mean": masked_mean(ratio, mask).item(),
             "kl": masked_mean(kl, mask).item(),
             "is_weight_mean": masked_mean(weights, mask).item(),
+            "policy_token_share": masked_mean(kept, mask).item(),
             "tokens": mask.sum().item(),
         }
     return LossOutput(loss=loss, metrics=metrics)

@@ -163,6 +163,11 @@ class TrainConfig:
     """Scale of the negative advantages: 1 is GRPO; 0 learns from the better-than-average episodes
     (and turns) only, so a failed episode's moves are not pushed down (positive sample
     reinforcement, Zhu et al. 2025). Between: both, the failures weighted less."""
+    top_entropy_quantile: float = 1.0
+    """Share of the sampled tokens, the highest-entropy ones of each forward batch, that carry the
+    policy loss (Wang et al. 2025, "Beyond the 80/20 Rule"; TRL's option of the same name; the
+    paper uses 0.2). The rest, in a text game mostly the answer's fixed markup, get no policy
+    gradient, only the KL term's. 1: every token."""
     clip_low: float = 0.2
     """PPO clip below 1."""
     clip_high: float = 0.28
@@ -286,7 +291,7 @@ class TrainConfig:
         check_number("temperature", self.temperature, minimum=0.0, integer=False)
         if self.format_warmup_lr is not None:
             check_number("format_warmup_lr", self.format_warmup_lr, minimum=0.0, integer=False)
-        for name in ("top_p", "lora_dropout", "min_lr_ratio"):
+        for name in ("top_p", "lora_dropout", "min_lr_ratio", "top_entropy_quantile"):
             check_number(name, getattr(self, name), minimum=0.0, maximum=1.0, integer=False)
         check_number("turn_discount", self.turn_discount, minimum=0.0, maximum=1.0, integer=False)
         for name in ("weight_decay", "max_grad_norm", "turn_advantage_weight"):
@@ -301,7 +306,8 @@ class TrainConfig:
         return LossConfig(clip_low=self.clip_low, clip_high=self.clip_high, aggregation=self.aggregation,
                           max_tokens=self.max_tokens, kl_coef=self.kl_coef, correction=self.correction,
                           correction_level=self.correction_level, correction_cap=self.correction_cap,
-                          negative_advantage_weight=self.negative_advantage_weight)
+                          negative_advantage_weight=self.negative_advantage_weight,
+                          top_entropy_quantile=self.top_entropy_quantile)
 
     def lora_config(self) -> Any:
         """peft's ``LoraConfig`` of the ``lora_*`` fields (both backends train the adapter it describes)."""

@@ -293,10 +293,11 @@ class AgentGymGRPOTrainer(GRPOTrainer):
             has = inputs["has_rollout_logprobs"][:, None]
             rollout_logprobs = torch.where(has, inputs["sampling_per_token_logps"], old)
         output = policy_loss(logprobs, old, inputs["advantages"], mask, self.loss_config,
-                             rollout_logprobs=rollout_logprobs, ref_logprobs=inputs.get("ref_per_token_logps"))
+                             rollout_logprobs=rollout_logprobs, ref_logprobs=inputs.get("ref_per_token_logps"),
+                             entropy=entropies)
         loss = output.loss * self._accumulation_scale(mask, inputs["num_items_in_batch"])
         metrics = self._metrics["train" if model.training else "eval"]
-        for name in ("clip_fraction", "kl", "is_weight_mean", "ratio_mean"):
+        for name in ("clip_fraction", "kl", "is_weight_mean", "ratio_mean", "policy_token_share"):
             metrics[name].append(output.metrics[name])
         metrics["entropy"].append(masked_mean(entropies.detach(), mask).item())
         return loss
@@ -369,7 +370,7 @@ class SyncCallback(TrainerCallback):
             return
         names = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "clip_fraction": "clip_fraction",
                  "kl": "kl", "entropy": "entropy", "is_weight_mean": "is_weight_mean", "ratio_mean": "ratio_mean",
-                 "filtered_groups_rows": "filtered_groups_rows"}
+                 "filtered_groups_rows": "filtered_groups_rows", "policy_token_share": "policy_token_share"}
         metrics = {**self._pending, **{ours: float(logs[theirs]) for theirs, ours in names.items()
                                        if isinstance(logs.get(theirs), (int, float))}}
         self._pending = None

@@ -13,6 +13,7 @@ from agentgym.trainers.algorithms import (
     anchor_advantages,
     discounted_returns,
     group_advantages,
+    high_entropy_mask,
     importance_weights,
     kl_k3,
     masked_mean,
@@ -192,3 +193,44 @@ def test_bad_loss_settings_name_the_field() -> None:
         LossConfig(clip_low=-0.1)
     with pytest.raises(ConfigError, match=r"negative_advantage_weight must be within \[0, 1\]"):
         LossConfig(negative_advantage_weight=1.5)
+
+
+def test_high_entropy_mask_keeps_the_top_share_of_the_masked_tokens() -> None:
+    entropy = torch.tensor([[0.0, 0.9, 0.1, 0.5], [0.2, 0.0, 0.8, 7.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])  # 7.0 is padding: never counted
+    # Seven masked values; the 0.75 quantile lies between 0.5 and 0.8 (0.65): two are above it.
+    assert high_entropy_mask(entropy, mask, 0.25).tolist() == [[0, 1, 0, 0], [0, 0, 1, 0]]
+    assert high_entropy_mask(entropy, mask, 1.0).tolist() == mask.tolist()
+    assert high_entropy_mask(entropy, mask, 0.0).tolist() == [[0, 1, 0, 0], [0, 0, 0, 0]]
+    # Ties at the cut are all kept, as TRL does.
+    ties = high_entropy_mask(torch.tensor([[1.0, 1.0, 1.0, 0.0]]), torch.ones(1, 4), 0.25)
+    assert ties.tolist() == [[1, 1, 1, 0]]
+    assert not high_entropy_mask(entropy, torch.zeros(2, 4), 0.2).any()
+    with pytest.raises(ConfigError, match=r"top_entropy_quantile must be within \[0, 1\]"):
+        high_entropy_mask(entropy, mask, 1.5)
+
+
+def test_top_entropy_quantile_leaves_the_policy_term_to_the_uncertain_tokens() -> None:
+    """The policy gradient reaches only the kept tokens, over the same denominator; the KL reaches all."""
+    entropy = torch.tensor([[0.01, 1.2, 0.02, 0.03]])  # markup, the move, markup, markup
+    mask = torch.ones(1, 4)
+    logp = torch.zeros(1, 4, requires_grad=True)
+    out = policy_loss(logp, logp.detach(), torch.tensor([2.0]), mask, LossConfig(top_entropy_quantile=0.25),
+                      entropy=entropy)
+    out.loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.0, -2.0 / 4, 0.0, 0.0])
+    assert out.metrics["policy_token_share"] == pytest.approx(0.25)
+
+    logp = torch.zeros(1, 4, requires_grad=True)
+    ref = torch.full((1, 4), -1.0)
+    policy_loss(logp, logp.detach(), torch.tensor([0.0]), mask,
+                LossConfig(top_entropy_quantile=0.25, kl_coef=1.0), ref_logprobs=ref, entropy=entropy).loss.backward()
+    # d/dlogp of k3 = 1 - exp(ref - logp) at every token, over 4 tokens.
+    assert logp.grad[0].tolist() == pytest.approx([(1 - math.exp(-1)) / 4] * 4)
+
+    with pytest.raises(ConfigError, match="needs the tokens' entropy"):
+        policy_loss(logp, logp.detach(), torch.tensor([2.0]), mask, LossConfig(top_entropy_quantile=0.2))
+    with pytest.raises(ConfigError, match=r"top_entropy_quantile must be within \[0, 1\]"):
+        LossConfig(top_entropy_quantile=-0.1)
+    default = policy_loss(logp, logp.detach(), torch.tensor([2.0]), mask, LossConfig())
+    assert default.metrics["policy_token_share"] == 1.0

@@ -88,6 +88,19 @@ def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) 
     assert preference(gigpo) > start + 1.0
 
 
+def test_top_entropy_quantile_trains_on_the_uncertain_tokens_only(make_row) -> None:
+    """At 0.2 about a fifth of the sampled tokens carry the policy loss, and the steps still make
+    the better answer likelier; by default every token does."""
+    trainer = _trainer(top_entropy_quantile=0.2)
+    before = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
+    for _ in range(3):
+        metrics = trainer.train_step(_rows(make_row))
+    after = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
+    assert 0.15 <= metrics["policy_token_share"] <= 0.35
+    assert after > before
+    assert _trainer().train_step(_rows(make_row))["policy_token_share"] == 1.0
+
+
 def test_zero_variance_groups_teach_nothing(make_row) -> None:
     trainer = _trainer()
     before = _params(trainer)

@@ -69,7 +69,7 @@ class StepStats:
         self.tokens += tokens
         self.model_tokens += model_tokens
         weighted = self.weighted if self.weighted is not None else {}
-        for name in ("clip_fraction", "ratio_mean", "kl", "is_weight_mean"):
+        for name in ("clip_fraction", "ratio_mean", "kl", "is_weight_mean", "policy_token_share"):
             weighted[name] = weighted.get(name, 0.0) + output.metrics[name] * tokens
         weighted["entropy"] = weighted.get("entropy", 0.0) + entropy_sum
         self.weighted = weighted
@@ -197,7 +197,8 @@ class FSDPTrainer:
         return packed_attention_mask(batch.segment_ids, dtype=model.dtype)
 
     def compute_loss(self, logprobs: torch.Tensor, old_logprobs: torch.Tensor, batch: MicroBatch,
-                     ref_logprobs: torch.Tensor | None = None) -> LossOutput:
+                     ref_logprobs: torch.Tensor | None = None, entropy: torch.Tensor | None = None
+                     ) -> LossOutput:
         """The policy loss of one micro-batch, averaged within it (the caller rescales)."""
         rollout = None
         if self.config.correction != "none":
@@ -205,14 +206,14 @@ class FSDPTrainer:
             known = batch.has_rollout_logprobs.unsqueeze(-1)
             rollout = torch.where(known, batch.rollout_logprobs, old_logprobs.detach())
         return policy_loss(logprobs, old_logprobs, batch.advantages, batch.loss_mask, self.config.loss_config(),
-                           rollout_logprobs=rollout, ref_logprobs=ref_logprobs)
+                           rollout_logprobs=rollout, ref_logprobs=ref_logprobs, entropy=entropy)
 
     def compute_sft_loss(self, logprobs: torch.Tensor, batch: MicroBatch) -> LossOutput:
         """Negative log-likelihood of the sampled tokens, averaged over them (the warm-up's loss)."""
         loss = -masked_mean(logprobs, batch.loss_mask)
         zero = {name: 0.0 for name in ("clip_fraction", "kl")}
         return LossOutput(loss=loss, metrics={**zero, "ratio_mean": 1.0, "is_weight_mean": 1.0,
-                                              "tokens": float(batch.loss_mask.sum())})
+                                              "policy_token_share": 1.0, "tokens": float(batch.loss_mask.sum())})
 
     # -- a step ------------------------------------------------------------------
 
@@ -303,7 +304,7 @@ class FSDPTrainer:
             if sft:
                 output = self.compute_sft_loss(logprobs, batch)
             else:
-                output = self._policy_loss(logprobs, batch, group)
+                output = self._policy_loss(logprobs, batch, group, entropy)
             if token_mean:
                 weight = float(batch.loss_mask.sum())
             else:
@@ -315,13 +316,14 @@ class FSDPTrainer:
             stats.add(output, float(output.loss.detach()) * weight / normaliser, entropy_sum, batch.num_tokens)
         stats.grad_norms.append(self._clip_and_step(schedule))
 
-    def _policy_loss(self, logprobs: torch.Tensor, batch: MicroBatch, group: list[TrainSequence]) -> LossOutput:
+    def _policy_loss(self, logprobs: torch.Tensor, batch: MicroBatch, group: list[TrainSequence],
+                     entropy: torch.Tensor | None = None) -> LossOutput:
         old = logprobs.detach() if self._single_update else self._old_logprobs(group, logprobs.detach())
         ref = None
         if self.config.kl_coef > 0:
             with torch.no_grad():
                 ref = self._reference_logprobs(batch)
-        return self.compute_loss(logprobs, old, batch, ref)
+        return self.compute_loss(logprobs, old, batch, ref, entropy)
 
     @property
     def _single_update(self) -> bool:
@@ -426,4 +428,4 @@ class FSDPTrainer:
         return folder
 
 
-_WEIGHTED = ("clip_fraction", "ratio_mean", "kl", "is_weight_mean", "entropy")
+_WEIGHTED = ("clip_fraction", "ratio_mean", "kl", "is_weight_mean", "policy_token_share", "entropy")
