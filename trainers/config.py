@@ -198,6 +198,11 @@ class TrainConfig:
     """LoRA dropout."""
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     """Modules that get adapters (peft names; 'all-linear' for every linear layer)."""
+    frozen_parameters: list[str] = field(default_factory=list)
+    """Parameters the run leaves as they are: shell-style patterns of their names, e.g.
+    ``["model.embed_tokens.*", "model.layers.0.*"]`` (a tied output head goes with the
+    embeddings). A pattern that names no parameter is an error. Not with ``lora``, which
+    freezes the base weights itself."""
 
     # -- run ---------------------------------------------------------------------
     seed: int = 0
@@ -223,6 +228,9 @@ class TrainConfig:
         self._resolve_backend()
         self._check_choices()
         self._check_numbers()
+        if self.lora and self.frozen_parameters:
+            raise ConfigError("frozen_parameters and lora do not mix: LoRA already keeps every base weight "
+                              "fixed; drop one of them.")
         if self.env_id is None and self.trajectories is None:
             raise ConfigError("Give an env to train on (--env ENV) or a rollout file (--trajectories FILE).")
         if self.episodes_per_step % self.group_size:

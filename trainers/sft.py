@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import math
 import random
 import time
@@ -139,6 +140,26 @@ def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any
         tokenizer.pad_token = tokenizer.eos_token
     torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer
+
+
+def freeze_parameters(model: Any, patterns: Sequence[str]) -> list[str]:
+    """Stop training the parameters whose names match any of ``patterns`` (fnmatch); returns their names.
+
+    Raises ConfigError, listing the model's parameter names, when a pattern matches none.
+    """
+    names = [name for name, _ in model.named_parameters()]
+    frozen: list[str] = []
+    for pattern in patterns:
+        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            sample = ", ".join(names[:6])
+            raise ConfigError(f"frozen_parameters: {pattern!r} names no parameter of this model. Its parameters "
+                              f"are named like {sample}, ... ({len(names)} in all).")
+        frozen.extend(name for name in matched if name not in frozen)
+    parameters = dict(model.named_parameters())
+    for name in frozen:
+        parameters[name].requires_grad_(False)
+    return frozen
 
 
 def lr_schedule_args(name: str, *, lr: float, warmup_steps: int, min_lr_ratio: float) -> dict[str, Any]:

@@ -393,13 +393,18 @@ def _base_model(config: TrainConfig, out: Path, resuming: bool, log: Any) -> tup
     """The model to train, its tokenizer, the folder it was loaded from (the warm-up's when one ran)
     and the warm-up's optimiser (None without one)."""
     from agentgym.models import resolve_model
-    from agentgym.trainers.sft import format_warmup, load_model_and_tokenizer
+    from agentgym.trainers.sft import format_warmup, freeze_parameters, load_model_and_tokenizer
+
+    def load(path: str) -> tuple[Any, Any]:
+        model, tokenizer = load_model_and_tokenizer(path, dtype=config.dtype)
+        freeze_parameters(model, config.frozen_parameters)  # before any optimiser sees them
+        return model, tokenizer
 
     warmed = out / "base"
     if resuming and (warmed / "config.json").exists():
-        model, tokenizer = load_model_and_tokenizer(str(warmed), dtype=config.dtype)
+        model, tokenizer = load(str(warmed))
         return model, tokenizer, str(warmed), None
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
+    model, tokenizer = load(config.model)
     if resuming or config.trajectories is not None:
         return model, tokenizer, resolve_model(config.model), None
     optimizers: list[Any] = []

@@ -34,6 +34,8 @@ def test_needs_an_env_or_a_rollout_file() -> None:
     ({"adam_betas": [0.9, 1.0]}, r"adam_betas must be two numbers in \[0, 1\)"),
     ({"mini_batches": 64, "episodes_per_step": 32}, r"mini_batches \(64\) cannot exceed episodes_per_step"),
     ({"clip_low": -0.1}, r"clip_low and clip_high must be >= 0"),
+    ({"top_entropy_quantile": 1.5}, r"top_entropy_quantile must be at most 1"),
+    ({"lora": True, "frozen_parameters": ["model.layers.0.*"]}, r"frozen_parameters and lora do not mix"),
 ])
 def test_bad_values_name_the_field(values: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

@@ -101,6 +101,18 @@ def test_top_entropy_quantile_trains_on_the_uncertain_tokens_only(make_row) -> N
     assert _trainer().train_step(_rows(make_row))["policy_token_share"] == 1.0
 
 
+def test_frozen_parameters_stay_as_they_were(make_row) -> None:
+    trainer = _trainer(frozen_parameters=["model.embed_tokens.*", "model.layers.0.*"])
+    before = _params(trainer)
+    trainer.train_step(_rows(make_row))
+    after = _params(trainer)
+    frozen = [n for n in before if n.startswith(("model.embed_tokens.", "model.layers.0."))]
+    assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)
+    assert not any(p.requires_grad for n, p in trainer.model.named_parameters() if n in frozen)
+    assert not torch.equal(before["model.layers.1.self_attn.v_proj.weight"],
+                           after["model.layers.1.self_attn.v_proj.weight"])
+
+
 def test_zero_variance_groups_teach_nothing(make_row) -> None:
     trainer = _trainer()
     before = _params(trainer)

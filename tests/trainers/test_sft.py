@@ -19,6 +19,7 @@ from agentgym.rollout.storage import RolloutWriter
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
 from agentgym.trainers.sft import (
+    freeze_parameters,
     length_grouped_order,
     load_model_and_tokenizer,
     run_sft,
@@ -181,3 +182,13 @@ def test_sft_group_by_length_feeds_the_planned_batches(tokenizer: Any, tiny_mode
     assert sorted(int(row_id) - 10 for batch in seen for row_id in batch[:, 0]) == list(range(64))
     padded = sum(batch.numel() for batch in seen)
     assert padded < 1.25 * sum(lengths)  # drawn at random, batches of 8 pad to about 1.6x
+
+
+def test_freeze_parameters_matches_names_and_says_when_a_pattern_matches_none(tiny_model: str) -> None:
+    model, _ = load_model_and_tokenizer(tiny_model)
+    frozen = freeze_parameters(model, ["model.embed_tokens.*", "model.layers.0.*", "model.embed_tokens.weight"])
+    assert frozen[0] == "model.embed_tokens.weight" and len(frozen) == len(set(frozen))
+    assert all(name.startswith(("model.embed_tokens.", "model.layers.0.")) for name in frozen)
+    assert {n for n, p in model.named_parameters() if not p.requires_grad} == set(frozen)
+    with pytest.raises(ConfigError, match=r"'model\.layer\.0\.\*' names no parameter.*model\.embed_tokens\.weight"):
+        freeze_parameters(model, ["model.layer.0.*"])

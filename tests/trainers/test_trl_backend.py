@@ -21,6 +21,7 @@ from agentgym.trainers.metrics import read_jsonl
 from agentgym.trainers.sft import load_model_and_tokenizer
 from agentgym.trainers.trl_backend import (
     AgentGymGRPOTrainer,
+    _base_model,
     FixedRollout,
     episode_reward,
     grpo_args,
@@ -59,6 +60,13 @@ def test_a_batch_that_does_not_split_says_what_would(tmp_path: Path) -> None:
     config = TrainConfig(env_id=BANDIT, backend="trl", episodes_per_step=24, group_size=8, micro_batch_size=16)
     with pytest.raises(ConfigError, match=r"whole micro-batches .* e\.g\. --micro-batch-size 12"):
         grpo_args(config, tmp_path)
+
+
+def test_the_trl_model_comes_with_its_frozen_parameters_frozen(tiny_model: str, tmp_path: Path) -> None:
+    config = TrainConfig(env_id=BANDIT, backend="trl", model=tiny_model, frozen_parameters=["model.layers.0.*"])
+    model, _, _, _ = _base_model(config, tmp_path, True, None)  # resuming: loaded, no warm-up
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all(n.startswith("model.layers.0.") for n in frozen)
 
 
 def test_the_reward_function_reads_the_episode_reward() -> None:

@@ -115,6 +115,10 @@ class FSDPTrainer:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if self.config.lora:
             model = self._with_lora(model)
+        if self.config.frozen_parameters:
+            from agentgym.trainers.sft import freeze_parameters
+
+            freeze_parameters(model, self.config.frozen_parameters)
         model.to(self.dist.device)
         model.train()
         return shard_model(model, self.dist)
