@@ -38,7 +38,7 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["format_warmup", "length_grouped_order", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl",
+__all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl",
            "run_sft", "sft_dataset", "sft_train", "trajectory_files", "without_printer"]
 
 
