@@ -47,6 +47,7 @@ import torch
 from agentgym.errors import ConfigError
 
 __all__ = [
+    "LOSS_METRICS",
     "AdvantageMethod",
     "Correction",
     "CorrectionLevel",
@@ -250,6 +251,11 @@ class LossConfig:
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise ConfigError(f"top_entropy_quantile must be within [0, 1] (1: every token, 0.2: the paper's "
                               f"choice), got {self.top_entropy_quantile}.")
+
+
+#: The per-token means :func:`policy_loss` reports beside ``tokens``; trainers weight them by
+#: ``tokens`` to combine micro-batches and ranks.
+LOSS_METRICS = ("clip_fraction", "ratio_mean", "kl", "is_weight_mean", "policy_token_share")
 
 
 @dataclass

@@ -38,8 +38,9 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer", "lr_schedule_args", "quiet_trl",
-           "run_sft", "sft_dataset", "sft_train", "trajectory_files", "without_printer"]
+__all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer",
+           "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train", "trajectory_files",
+           "without_printer"]
 
 
 @contextlib.contextmanager
@@ -147,19 +148,18 @@ def freeze_parameters(model: Any, patterns: Sequence[str]) -> list[str]:
 
     Raises ConfigError, listing the model's parameter names, when a pattern matches none.
     """
-    names = [name for name, _ in model.named_parameters()]
-    frozen: list[str] = []
-    for pattern in patterns:
-        matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
-        if not matched:
-            sample = ", ".join(names[:6])
-            raise ConfigError(f"frozen_parameters: {pattern!r} names no parameter of this model. Its parameters "
-                              f"are named like {sample}, ... ({len(names)} in all).")
-        frozen.extend(name for name in matched if name not in frozen)
     parameters = dict(model.named_parameters())
+    frozen: dict[str, None] = {}  # ordered, each name once
+    for pattern in patterns:
+        matched = [name for name in parameters if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            sample = ", ".join(list(parameters)[:6])
+            raise ConfigError(f"frozen_parameters: {pattern!r} names no parameter of this model. Its parameters "
+                              f"are named like {sample}, ... ({len(parameters)} in all).")
+        frozen.update(dict.fromkeys(matched))
     for name in frozen:
         parameters[name].requires_grad_(False)
-    return frozen
+    return list(frozen)
 
 
 def lr_schedule_args(name: str, *, lr: float, warmup_steps: int, min_lr_ratio: float) -> dict[str, Any]:

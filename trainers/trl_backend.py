@@ -51,7 +51,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
-from agentgym.trainers.algorithms import masked_mean, policy_loss
+from agentgym.trainers.algorithms import LOSS_METRICS, masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
@@ -297,7 +297,7 @@ class AgentGymGRPOTrainer(GRPOTrainer):
                              entropy=entropies)
         loss = output.loss * self._accumulation_scale(mask, inputs["num_items_in_batch"])
         metrics = self._metrics["train" if model.training else "eval"]
-        for name in ("clip_fraction", "kl", "is_weight_mean", "ratio_mean", "policy_token_share"):
+        for name in LOSS_METRICS:
             metrics[name].append(output.metrics[name])
         metrics["entropy"].append(masked_mean(entropies.detach(), mask).item())
         return loss
@@ -368,9 +368,8 @@ class SyncCallback(TrainerCallback):
                **kwargs: Any) -> None:
         if self._pending is None or not logs:
             return
-        names = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "clip_fraction": "clip_fraction",
-                 "kl": "kl", "entropy": "entropy", "is_weight_mean": "is_weight_mean", "ratio_mean": "ratio_mean",
-                 "filtered_groups_rows": "filtered_groups_rows", "policy_token_share": "policy_token_share"}
+        names = {"loss": "loss", "grad_norm": "grad_norm", "learning_rate": "lr", "entropy": "entropy",
+                 "filtered_groups_rows": "filtered_groups_rows", **{name: name for name in LOSS_METRICS}}
         metrics = {**self._pending, **{ours: float(logs[theirs]) for theirs, ours in names.items()
                                        if isinstance(logs.get(theirs), (int, float))}}
         self._pending = None

@@ -33,7 +33,7 @@ import torch
 
 from agentgym.models import resolve_model
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.algorithms import LossOutput, masked_mean, policy_loss
+from agentgym.trainers.algorithms import LOSS_METRICS, LossOutput, masked_mean, policy_loss
 from agentgym.trainers.batch import (
     MicroBatch,
     TrainSequence,
@@ -69,7 +69,7 @@ class StepStats:
         self.tokens += tokens
         self.model_tokens += model_tokens
         weighted = self.weighted if self.weighted is not None else {}
-        for name in ("clip_fraction", "ratio_mean", "kl", "is_weight_mean", "policy_token_share"):
+        for name in LOSS_METRICS:
             weighted[name] = weighted.get(name, 0.0) + output.metrics[name] * tokens
         weighted["entropy"] = weighted.get("entropy", 0.0) + entropy_sum
         self.weighted = weighted
@@ -432,4 +432,4 @@ class FSDPTrainer:
         return folder
 
 
-_WEIGHTED = ("clip_fraction", "ratio_mean", "kl", "is_weight_mean", "policy_token_share", "entropy")
+_WEIGHTED = (*LOSS_METRICS, "entropy")
