@@ -211,6 +211,11 @@ class TrainConfig:
     """Save a resumable checkpoint every this many steps (and at the end)."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (older ones are deleted)."""
+    max_seconds: float = 0.0
+    """Wall-clock budget of the run, in seconds from its start (model load and server start
+    included): the run ends after the step during which it runs out, as if ``steps`` ended
+    there (a checkpoint and the final model; ``--resume`` with a larger budget goes on).
+    0: no limit. The lr schedule still spans ``steps``: a decaying rate stops part way."""
     resume: bool = False
     """Continue from the latest checkpoint in ``out``."""
     tensorboard: bool = False
@@ -302,7 +307,7 @@ class TrainConfig:
         for name in ("top_p", "lora_dropout", "min_lr_ratio", "top_entropy_quantile"):
             check_number(name, getattr(self, name), minimum=0.0, maximum=1.0, integer=False)
         check_number("turn_discount", self.turn_discount, minimum=0.0, maximum=1.0, integer=False)
-        for name in ("weight_decay", "max_grad_norm", "turn_advantage_weight"):
+        for name in ("weight_decay", "max_grad_norm", "turn_advantage_weight", "max_seconds"):
             check_number(name, getattr(self, name), minimum=0.0, integer=False)
         if len(self.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in self.adam_betas):
             raise ConfigError(f"adam_betas must be two numbers in [0, 1), got {self.adam_betas!r}.")

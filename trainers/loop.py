@@ -32,7 +32,7 @@ from agentgym.errors import ConfigError
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp import FSDPTrainer, init_distributed
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from agentgym.trainers.fsdp.distributed import broadcast_object
+from agentgym.trainers.fsdp.distributed import Dist, broadcast_object
 from agentgym.trainers.metrics import MetricsLogger
 from agentgym.trainers.rollouts import (
     OfflineGroups,
@@ -77,6 +77,7 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
     ``stop_after``: stop (with a checkpoint) once this many steps are done,
     as an interrupted run would.
     """
+    began = time.monotonic()
     out = Path(config.out)
     dist = init_distributed(device)
     _check_out(out, config)
@@ -106,11 +107,17 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
                 result.metrics.append(metrics)
                 state.step, settled = step + 1, trainer.optimizer_steps
                 stopping = stop_after is not None and state.step >= stop_after
-                if state.step % config.checkpoint_every == 0 or state.step == config.steps or stopping:
+                out_of_time = state.step < config.steps and _out_of_time(config, began, trainer.dist)
+                if (state.step % config.checkpoint_every == 0 or state.step == config.steps or stopping
+                        or out_of_time):
                     save_checkpoint(trainer, out, state.step, state.to_dict(), keep=config.keep_checkpoints)
                 if stopping and state.step < config.steps:
                     result.stopped_early = True
                     return result
+                if out_of_time:
+                    log.note(f"max_seconds ({config.max_seconds:g}) reached after step {state.step} of "
+                             f"{config.steps}: the final model is this step's.")
+                    break
         except KeyboardInterrupt:
             # A step cut in the middle of its updates would resume from a mix of two steps.
             if trainer.optimizer_steps == settled and state.step > 0:
@@ -119,6 +126,13 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
             raise
     result.final_model = trainer.save_pretrained(out / "final")
     return result
+
+
+def _out_of_time(config: TrainConfig, began: float, dist: Dist) -> bool:
+    """Whether the run has used its ``max_seconds``; rank 0's clock decides for every rank."""
+    if not config.max_seconds:
+        return False
+    return bool(broadcast_object(time.monotonic() - began >= config.max_seconds, dist))
 
 
 def _check_out(out: Path, config: TrainConfig) -> None:

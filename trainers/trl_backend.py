@@ -467,6 +467,21 @@ class _StopAfter(TrainerCallback):
             self.stopped = True
 
 
+class _TimeLimit(TrainerCallback):
+    """Ends training after the whole GRPO step during which ``max_seconds`` (from ``began``) ran out."""
+
+    def __init__(self, max_seconds: float, optimizer_steps: int, began: float) -> None:
+        self.max_seconds, self.optimizer_steps, self.began = max_seconds, optimizer_steps, began
+        self.stopped_at: int | None = None  # the GRPO steps done when it stopped the run
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        whole_step = state.global_step % self.optimizer_steps == 0
+        if (self.max_seconds and whole_step and state.global_step < state.max_steps
+                and time.monotonic() - self.began >= self.max_seconds):
+            control.should_save = control.should_training_stop = True
+            self.stopped_at = state.global_step // self.optimizer_steps
+
+
 def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None = None) -> Any:
     """``agentgym train --backend trl``: GRPO with TRL's trainer on live episodes or a rollout file.
 
@@ -481,6 +496,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
     from agentgym.trainers.loop import TrainResult
     from agentgym.trainers.metrics import MetricsLogger
 
+    began = time.monotonic()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("The trl backend runs in one process (a GRPO group must not straddle processes); "
                           "under torchrun use --backend fsdp.")
@@ -507,14 +523,18 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
                 rollout = _live_rollout(config, tokenizer, base_url, name, log)
             callback = SyncCallback(rollout, optimizer_steps, sync=sync, log=log)
             stop = _StopAfter(stop_after if stop_after is not None else config.steps, optimizer_steps)
+            time_limit = _TimeLimit(config.max_seconds, optimizer_steps, began)
             trainer = AgentGymGRPOTrainer(config, model, tokenizer, rollout, args=grpo_args(config, out / "trl"),
-                                          callbacks=[callback, stop],
+                                          callbacks=[callback, stop, time_limit],
                                           peft_config=config.lora_config() if config.lora else None,
                                           optimizer=optimizer)
             if checkpoint is not None:
                 log.note(f"Resuming from {checkpoint} (step {start_step}).")
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
             result.metrics = callback.metrics
+            if time_limit.stopped_at is not None and not stop.stopped:
+                log.note(f"max_seconds ({config.max_seconds:g}) reached after step {time_limit.stopped_at} of "
+                         f"{config.steps}: the final model is this step's.")
     if stop.stopped:
         result.stopped_early = True
         return result

@@ -35,6 +35,7 @@ def test_needs_an_env_or_a_rollout_file() -> None:
     ({"mini_batches": 64, "episodes_per_step": 32}, r"mini_batches \(64\) cannot exceed episodes_per_step"),
     ({"clip_low": -0.1}, r"clip_low and clip_high must be >= 0"),
     ({"top_entropy_quantile": 1.5}, r"top_entropy_quantile must be at most 1"),
+    ({"max_seconds": -5}, r"max_seconds must be at least 0"),
     ({"lora": True, "frozen_parameters": ["model.layers.0.*"]}, r"frozen_parameters and lora do not mix"),
 ])
 def test_bad_values_name_the_field(values: dict, message: str) -> None:

@@ -54,6 +54,16 @@ def test_resumed_run_ends_as_the_uninterrupted_one(bandit_rows: Path, tmp_path: 
     assert straight.final_model is not None and resumed.final_model is not None
 
 
+def test_max_seconds_ends_the_run_with_a_final_model_and_resume_goes_on(bandit_rows: Path, tmp_path: Path) -> None:
+    timed = run_training(_offline(bandit_rows, tmp_path / "run", max_seconds=1e-6), device="cpu")
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]
+    assert not timed.stopped_early and timed.final_model is not None
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step-000001"]
+    resumed = run_training(_offline(bandit_rows, tmp_path / "run", resume=True), device="cpu")
+    assert len(resumed.metrics) == 3
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
 def test_an_existing_run_needs_resume(bandit_rows: Path, tmp_path: Path) -> None:
     run_training(_offline(bandit_rows, tmp_path / "run", steps=2), device="cpu")
     with pytest.raises(ConfigError, match=r"already holds a training run\. Continue it with --resume"):

@@ -84,3 +84,12 @@ def test_the_trl_backend_refuses_torchrun(rollout_file: Path, tmp_path: Path, mo
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match="The trl backend runs in one process .* under torchrun use --backend fsdp"):
         run_trl(_config(rollout_file, tmp_path / "run"))
+
+
+@pytest.mark.slow
+def test_trl_run_out_of_max_seconds_ends_after_a_whole_step_with_a_final_model(rollout_file: Path,
+                                                                                tmp_path: Path) -> None:
+    timed = run_trl(_config(rollout_file, tmp_path / "run", max_seconds=1e-6))
+    assert len(timed.metrics) == 1 and not timed.stopped_early
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]
+    assert timed.final_model is not None and (timed.final_model / "model.safetensors").exists()
