@@ -214,7 +214,7 @@ class TrainConfig:
     max_seconds: float = 0.0
     """Wall-clock budget of the run, in seconds from its start (model load and server start
     included): the run ends after the step during which it runs out, as if ``steps`` ended
-    there (a checkpoint and the final model; ``--resume`` with a larger budget goes on).
+    there, with the final model (GRPO: and a checkpoint, which ``--resume`` goes on from).
     0: no limit. The lr schedule still spans ``steps``: a decaying rate stops part way."""
     resume: bool = False
     """Continue from the latest checkpoint in ``out``."""

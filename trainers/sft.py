@@ -39,8 +39,8 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.config import TrainConfig
 
 __all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer",
-           "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train", "trajectory_files",
-           "without_printer"]
+           "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train", "time_limit_callback",
+           "trajectory_files", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -198,7 +198,8 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
               adam_betas: tuple[float, float] = (0.9, 0.99), logging: bool = False,
               optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
               min_lr_ratio: float = 0.1, group_by_length: bool = False,
-              on_step: Callable[[int, dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+              on_step: Callable[[int, dict[str, float]], None] | None = None,
+              time_limit: Any = None) -> list[dict[str, float]]:
     """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).
 
     ``on_step(step, log)``, when given, is called as each step's log arrives (step from 0), so
@@ -208,6 +209,7 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
     ``group_by_length``: each batch of rows of similar length (:func:`length_grouped_order`),
     so less of every batch is padding; otherwise batches are drawn at random.
+    ``time_limit``: a :func:`time_limit_callback` that may end the run before ``steps``.
     """
     from trl import SFTTrainer
 
@@ -228,6 +230,8 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
                                              processing_class=tokenizer))
         if on_step is not None:
             trainer.add_callback(_step_logs_callback(on_step))
+        if time_limit is not None:
+            trainer.add_callback(time_limit)
         trainer.train()
     model.eval()
     if optimizer_out is not None:
@@ -250,6 +254,26 @@ def _step_logs_callback(on_step: Callable[[int, dict[str, float]], None]) -> Any
                 on_step(state.global_step - 1, _numbers(logs))
 
     return StepLogs()
+
+
+def time_limit_callback(max_seconds: float, began: float, *, every: int = 1, save: bool = False) -> Any:
+    """A transformers callback that ends training once ``max_seconds`` have passed since ``began``
+    (a ``time.monotonic()``), at the end of a step whose number is a multiple of ``every`` (a
+    whole GRPO step of ``every`` optimiser steps), with a checkpoint when ``save``. Its
+    ``stopped_at`` is then the steps done, counted in ``every``; 0 seconds: no limit."""
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        stopped_at: int | None = None
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if (max_seconds and state.global_step % every == 0 and state.global_step < state.max_steps
+                    and time.monotonic() - began >= max_seconds):
+                control.should_training_stop = True
+                control.should_save = control.should_save or save
+                self.stopped_at = state.global_step // every
+
+    return TimeLimit()
 
 
 def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
@@ -306,6 +330,7 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
     from agentgym.trainers.loop import TrainResult
     from agentgym.trainers.metrics import MetricsLogger
 
+    began = time.monotonic()
     if config.trajectories is None:
         raise ConfigError("--trainer sft learns from a rollout file: pass --trajectories FILE "
                           "(make one with `agentgym rollout --env ENV --out FILE`, e.g. --policy solver "
@@ -318,6 +343,7 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
     config.save_yaml(out / "config.yaml")
     result = TrainResult(out=out)
+    time_limit = time_limit_callback(config.max_seconds, began)
     with MetricsLogger(out, config, console=console) as log:
         log.note(f"SFT on {len(dataset)} successful rows of {len(rows)} in {config.trajectories}.")
 
@@ -333,7 +359,10 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
                   max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
                   adam_betas=config.adam_betas, lr_schedule=config.lr_schedule,
                   warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
-                  group_by_length=config.group_by_length, on_step=log_step)
+                  group_by_length=config.group_by_length, on_step=log_step, time_limit=time_limit)
+        if time_limit.stopped_at is not None:
+            log.note(f"max_seconds ({config.max_seconds:g}) reached after step {time_limit.stopped_at} of "
+                     f"{config.steps}: the final model is this step's.")
     final = out / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

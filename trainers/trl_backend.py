@@ -55,7 +55,7 @@ from agentgym.trainers.algorithms import LOSS_METRICS, masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
-from agentgym.trainers.sft import lr_schedule_args, quiet_trl, without_printer
+from agentgym.trainers.sft import lr_schedule_args, quiet_trl, time_limit_callback, without_printer
 
 __all__ = [
     "AgentGymGRPOTrainer",
@@ -467,21 +467,6 @@ class _StopAfter(TrainerCallback):
             self.stopped = True
 
 
-class _TimeLimit(TrainerCallback):
-    """Ends training after the whole GRPO step during which ``max_seconds`` (from ``began``) ran out."""
-
-    def __init__(self, max_seconds: float, optimizer_steps: int, began: float) -> None:
-        self.max_seconds, self.optimizer_steps, self.began = max_seconds, optimizer_steps, began
-        self.stopped_at: int | None = None  # the GRPO steps done when it stopped the run
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        whole_step = state.global_step % self.optimizer_steps == 0
-        if (self.max_seconds and whole_step and state.global_step < state.max_steps
-                and time.monotonic() - self.began >= self.max_seconds):
-            control.should_save = control.should_training_stop = True
-            self.stopped_at = state.global_step // self.optimizer_steps
-
-
 def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None = None) -> Any:
     """``agentgym train --backend trl``: GRPO with TRL's trainer on live episodes or a rollout file.
 
@@ -523,7 +508,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
                 rollout = _live_rollout(config, tokenizer, base_url, name, log)
             callback = SyncCallback(rollout, optimizer_steps, sync=sync, log=log)
             stop = _StopAfter(stop_after if stop_after is not None else config.steps, optimizer_steps)
-            time_limit = _TimeLimit(config.max_seconds, optimizer_steps, began)
+            time_limit = time_limit_callback(config.max_seconds, began, every=optimizer_steps, save=True)
             trainer = AgentGymGRPOTrainer(config, model, tokenizer, rollout, args=grpo_args(config, out / "trl"),
                                           callbacks=[callback, stop, time_limit],
                                           peft_config=config.lora_config() if config.lora else None,

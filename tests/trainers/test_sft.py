@@ -108,6 +108,18 @@ def test_sft_reads_several_rollout_files_a_repeated_one_counting_twice(tokenizer
         trajectory_files(" , ")
 
 
+def test_sft_out_of_max_seconds_stops_after_a_step_and_saves_the_model(tokenizer: Any, tiny_model: str,
+                                                                        tmp_path: Path) -> None:
+    with RolloutWriter(tmp_path / "rows.parquet") as writer:
+        writer.add(_random_rows(tokenizer, episodes=16, seed=1))
+    config = TrainConfig(trainer="sft", backend="trl", trajectories=str(tmp_path / "rows.parquet"),
+                         out=str(tmp_path / "run"), steps=5, micro_batch_size=2, model=tiny_model, max_seconds=1e-6)
+    result = run_sft(config)
+    assert len(result.metrics) == 1 and (result.final_model / "model.safetensors").exists()
+    assert len(read_jsonl(tmp_path / "run" / "metrics.jsonl")) == 1
+    assert not (tmp_path / "run" / "sft").exists() or not list((tmp_path / "run" / "sft").glob("checkpoint-*"))
+
+
 @pytest.mark.slow
 def test_sft_on_successful_episodes_learns_the_best_arm(tokenizer: Any, tiny_model: str, tmp_path: Path) -> None:
     """Random play wins half the time; fine-tuned on its wins, the model picks the best arm."""
