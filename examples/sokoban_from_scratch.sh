@@ -49,6 +49,7 @@ DEMOS=${DEMOS:-20000}            # solver episodes (about 6.5 turns each on 6x6 
 EXPERT_NOISE=${EXPERT_NOISE:-0.25}  # share of demonstration turns played at random (0: clean)
 SFT_STEPS=${SFT_STEPS:-1200}     # batches of 16 episodes, cosine decay (79 min on 2 cores, shared at times)
 SFT_LR=${SFT_LR:-1e-3}           # from scratch; lower when MODEL is already trained (a curriculum)
+SFT_SECONDS=${SFT_SECONDS:-0}    # wall-clock budget of SFT (0: none); past it SFT ends early, its lr not decayed
 # DAgger: the SFT model plays DAGGER_EPISODES new levels with the solver checking every turn,
 # then SFT goes on from it on those rows (twice over) and the demonstrations. 0: skip it.
 DAGGER_EPISODES=${DAGGER_EPISODES:-4000}  # 34 min on 2 cores
@@ -63,6 +64,7 @@ GRPO_EPOCHS=${GRPO_EPOCHS:-1}
 GRPO_LR=${GRPO_LR:-5e-5}         # 1e-4 cost the noisy-demonstration model 20 points (docs/results.md)
 GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the env's 30)
 GRPO_KL=${GRPO_KL:-1}            # KL to the start model: without it GRPO cost the DAgger model 6 points, with it none
+GRPO_SECONDS=${GRPO_SECONDS:-0}  # wall-clock budget of GRPO (0: none): it ends after the step that runs out
 # Hard-level mining: the start model plays HARD_LEVELS new levels (seeds 3000000 upwards, greedy,
 # GRPO_TURNS turns) and GRPO plays only the ones it failed. 0: GRPO plays new levels every step.
 HARD_LEVELS=${HARD_LEVELS:-0}
@@ -80,7 +82,7 @@ EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000 --concurrency "$CONCURREN
 GRPO=(--trainer grpo --backend fsdp --steps "$GRPO_STEPS" --group-size 8 --episodes-per-step "$GRPO_EPISODES"
       --lr "$GRPO_LR" --max-turns "$GRPO_TURNS" --max-tokens 16 --seed 1 -s mini_batches=4 -s epochs="$GRPO_EPOCHS"
       -s format_warmup_episodes=0 -s lr_schedule=constant -s checkpoint_every=1000 -s advantage=dr_grpo
-      -s kl_coef="$GRPO_KL" -k format_penalty=1 -s concurrency="$GRPO_CONCURRENCY")
+      -s kl_coef="$GRPO_KL" -k format_penalty=1 -s concurrency="$GRPO_CONCURRENCY" -s max_seconds="$GRPO_SECONDS")
 mkdir -p "$OUT"
 
 # 1. Demonstrations: the solver's episodes, in the tokens the model would have produced.
@@ -94,7 +96,7 @@ fi
 # 2. SFT of a random-init model on them (loss on the moves only).
 "$AGENTGYM" train --trainer sft --trajectories "$OUT/demos.parquet" --model "$MODEL" \
   --steps "$SFT_STEPS" --lr "$SFT_LR" -s micro_batch_size=16 -s warmup_steps=20 -s lr_schedule=cosine \
-  --out "$OUT/sft"
+  -s max_seconds="$SFT_SECONDS" --out "$OUT/sft"
 "$AGENTGYM" eval "${ENV[@]}" --model "$OUT/sft/final" "${EVAL[@]}" --episodes-out "$OUT/eval_sft.parquet"
 START="$OUT/sft/final"
 

@@ -7,13 +7,17 @@
 #
 #   bash scripts/device_sokoban.sh          (carry: .device; OUT set by the tool)
 #
-# Two models train side by side on the one GPU (the built-in server and the trainers pick the GPU
-# by themselves: device auto). Every stage writes into $OUT as it ends and DEADLINE seconds stop
-# whatever is left, so a run cut short still brings back what it finished.
+# One model by default (two side by side halved each one's speed in the first session's run; the
+# built-in server and the trainers pick the GPU by themselves: device auto), SFT_STEPS steps with
+# SFT_SECONDS as a safety net, then GRPO for GRPO_SECONDS: the whole recipe fits one call, whose
+# 15 minutes of device time a machine's start eats into. float32 matmuls run as TF32
+# (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE): on an H100 several times faster than full float32. Every
+# stage writes into $OUT as it ends and DEADLINE seconds stop whatever is left, so a run cut
+# short still brings back what it finished.
 set -uo pipefail
 OUT=${OUT:?set OUT: the folder results go to}
 DEADLINE=${DEADLINE:-520}
-PIPELINES=${PIPELINES:-"a:tiny-512x8:5e-4 b:tiny-256x8:1e-3"}  # NAME:MODEL:SFT_LR ...
+PIPELINES=${PIPELINES:-"a:tiny-512x8:5e-4"}  # NAME:MODEL:SFT_LR ... (side by side)
 RECIPE_ENV=${RECIPE_ENV:-}  # more recipe settings, VAR=VALUE ..., over the ones below (a shorter probe)
 began=$SECONDS
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -26,7 +30,7 @@ if [[ -z "${LOCAL:-}" ]]; then  # LOCAL=1: a smoke test of this script here, in 
 fi
 # PYTHONSAFEPATH: `python -m agentgym.serve` run from the checkout would otherwise import the
 # source folder agentgym/ (the cwd comes first), which lacks the envs, trainers... mapped into it.
-export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1
+export PYTHONUNBUFFERED=1 PYTHONSAFEPATH=1 TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=${TF32:-1}
 python3 -c "import torch, transformers, trl; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 'transformers', transformers.__version__, 'trl', trl.__version__)" || exit 1
 
@@ -40,11 +44,12 @@ else
   demos=(DEMOS=8000)  # fewer: each pipeline makes its own, side by side
 fi
 
-pipeline() {  # NAME MODEL SFT_LR: the recipe, SFT then GRPO, no DAgger round, 1000 eval levels
+pipeline() {  # NAME MODEL SFT_LR: the recipe, SFT then GRPO, no DAgger round, EVAL_EPISODES eval levels
   local name=$1 model=$2 lr=$3 left=$((DEADLINE - (SECONDS - began)))
   echo "[$((SECONDS - began)) s] $name: $model, SFT lr $lr, $left s left"
   env "${demos[@]}" OUT="runs/gpu/$name" MODEL="$model" SFT_LR="$lr" DAGGER_EPISODES=0 BOUNDS=0 \
-    EVAL_EPISODES=1000 CONCURRENCY=128 GRPO_EPISODES=128 GRPO_CONCURRENCY=128 GRPO_STEPS=16 $RECIPE_ENV \
+    EVAL_EPISODES=${EVAL_EPISODES:-400} CONCURRENCY=200 SFT_STEPS=${SFT_STEPS:-800} SFT_SECONDS=${SFT_SECONDS:-240} \
+    GRPO_EPISODES=128 GRPO_CONCURRENCY=128 GRPO_STEPS=40 GRPO_SECONDS=${GRPO_SECONDS:-110} $RECIPE_ENV \
     timeout -s TERM "$left" bash -c 'PS4="+ [\$SECONDS s] "; set -x; . examples/sokoban_from_scratch.sh' \
     > "$OUT/$name.log" 2>&1  # (bash run as root takes no PS4 from the environment)
   echo "[$((SECONDS - began)) s] $name ended with status $?"
@@ -59,12 +64,12 @@ for spec in $PIPELINES; do
 done
 wait "${jobs_started[@]}"  # by pid: a bare wait would also wait for the tee above, which never ends
 
-# Each pipeline's models on the same 1000 unseen levels: the first 200 are the issue's eval.
+# Each pipeline's models on the same unseen levels: the first 200 are the issue's eval.
 for spec in $PIPELINES; do
   name=${spec%%:*}
   sft=runs/gpu/$name/eval_sft.parquet grpo=runs/gpu/$name/eval_grpo.parquet
   if [[ -s $sft && -s $grpo ]]; then
-    echo "== $name: SFT (A) against SFT + GRPO (B), the first 200 levels, then all 1000"
+    echo "== $name: SFT (A) against SFT + GRPO (B), the first 200 levels, then all of them"
     python3 scripts/compare_evals.py "$sft" "$grpo" --first 200
     python3 scripts/compare_evals.py "$sft" "$grpo" --turns
   fi
