@@ -103,6 +103,7 @@ def eval_command(
     episodes: Annotated[int, typer.Option(help="Episodes (one per seed).")] = 200,
     seed_offset: Annotated[int, typer.Option(help="Seed of the first episode; keep it apart from training seeds.")] = 100_000,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
+    sampling_seed: Annotated[int | None, typer.Option(min=0, help="Seed of the server's sampler (with a temperature): every turn draws from this one and the episode's level and turn, so a rerun repeats the eval and two models play with the same noise; another value gives another draw on the same levels (default: --seed-offset).")] = None,
     max_turns: MaxTurnsOption = None,
     turn_budget: TurnBudgetOption = None,
     max_tokens: MaxTokensOption = 32,
@@ -125,7 +126,8 @@ def eval_command(
         config = RolloutConfig(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=1,
             concurrency=concurrency, max_turns=max_turns, turn_budget=turn_budget, max_context_tokens=max_context,
-            max_tokens_per_turn=max_tokens, seed=seed_offset, sampling_seed=seed_offset,
+            max_tokens_per_turn=max_tokens, seed=seed_offset,
+            sampling_seed=seed_offset if sampling_seed is None else sampling_seed,
             episode_timeout=episode_timeout,
         )
         started = time.monotonic()

@@ -62,6 +62,7 @@ def rollout_command(
     expert_noise: Annotated[float, typer.Option(help="With --policy solver: the chance, each turn, of a random move instead of the expert's, played but masked out of the loss, so the demonstrations show the way back from mistakes (DART).")] = 0.0,
     dagger: Annotated[float | None, typer.Option(metavar="MODEL_SHARE", help="With a model: the env's expert (solver) checks every turn (DAgger). Where the model's move is wrong, the model's is played (masked out of the loss) with this probability, so the episode reaches the states its mistakes lead to, and otherwise the expert's is played and learned. Turns the model gets right are learned as they are. Train on the rows with --trainer sft.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the first group; group g plays seed+g.")] = 0,
+    sampling_seed: Annotated[int | None, typer.Option(min=0, help="Seed the server's sampler: every turn asks for a seed of its own drawn from this one and the episode's level, member and turn, so a rerun samples the same tokens and two models play with the same noise, episode by episode (default: unseeded).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the rows to this Parquet file.")] = None,
     resume: Annotated[bool, typer.Option(help="Skip the episodes --out already holds.")] = False,
     chat_mode: Annotated[bool, typer.Option(help="Use chat completions (servers without token ids).")] = False,
@@ -85,6 +86,7 @@ def rollout_command(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
             concurrency=concurrency, max_turns=max_turns, turn_budget=turn_budget, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
+            sampling_seed=sampling_seed,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
         player = Player(policy, model, urls, api_key, temperature, expert_noise)

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
-
-from pathlib import Path
 
 from agentgym.cli import app
 from agentgym.rollout.storage import read_rows
@@ -59,6 +60,32 @@ def test_rollout_writes_parquet_resumes_and_view_reads_it(tmp_path: Path) -> Non
     assert view.exit_code == 0, view.output
     assert "Sokoban-LLM-v0/s3/g3/e0" in view.output and "<|im_start|>assistant" in view.output
     assert "1 of 1 rows shown" in view.output
+
+
+@pytest.fixture(scope="module")
+def tiny_url(tiny_model: str) -> Iterator[str]:
+    from agentgym.serve.launch import BuiltinServer
+
+    with BuiltinServer(tiny_model, served_model_name="tiny", max_model_len=512) as server:
+        yield server.base_url
+
+
+def test_rollout_sampling_seed_repeats_the_tokens_and_another_seed_draws_others(tiny_url: str,
+                                                                                 tmp_path: Path) -> None:
+    def sampled(name: str, *seed: str) -> dict[tuple[int, int], list[int]]:
+        out = tmp_path / f"{name}.parquet"
+        result = runner.invoke(app, ["rollout", "--env", "Sokoban-LLM-v0", "--base-url", tiny_url, "--model", "tiny",
+                                     "--episodes", "4", "--group-size", "2", "--max-turns", "2", "--max-tokens", "8",
+                                     "--out", str(out), *seed], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        return {row.key: row.completion_ids for row in read_rows(out)}
+
+    first = sampled("a", "--sampling-seed", "5")
+    assert len(first) == 4 and all(first.values())
+    assert sampled("b", "--sampling-seed", "5") == first
+    assert sampled("c", "--sampling-seed", "6") != first
+    # each member of a group draws its own noise: the same level, other tokens
+    assert first[(0, 0)] != first[(0, 1)]
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,22 @@ def test_episodes_out_keeps_every_episode_and_a_rerun_repeats_them(tmp_path: Pat
     assert (tmp_path / "a.parquet").read_bytes() == before
 
 
+def test_a_sampled_eval_repeats_with_its_sampling_seed_and_another_seed_draws_again(tiny_model: str,
+                                                                                     tmp_path: Path) -> None:
+    def sampled(name: str, *seed: str) -> dict[int, list[str]]:
+        out = tmp_path / f"{name}.parquet"
+        result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--model", tiny_model, "--episodes", "3",
+                                     "--temperature", "1", "--max-turns", "2", "--max-tokens", "8",
+                                     "--episodes-out", str(out), *seed], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        return {row.seed: [m.content for m in row.messages if m.role == "assistant"] for row in read_rows(out)}
+
+    first = sampled("a", "--sampling-seed", "7")
+    assert sorted(first) == [100000, 100001, 100002] and all(first.values())
+    assert sampled("b", "--sampling-seed", "7") == first
+    assert sampled("c") != first  # the default seeds the sampler with --seed-offset
+
+
 def test_the_turn_budget_flag_cuts_episodes_short_in_the_envs_own_prompt(tmp_path: Path) -> None:
     result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "6",
                                  "--turn-budget", "3", "--episodes-out", str(tmp_path / "e.parquet")])
