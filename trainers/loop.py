@@ -34,6 +34,7 @@ from agentgym.trainers.fsdp import FSDPTrainer, init_distributed
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentgym.trainers.fsdp.distributed import Dist, broadcast_object
 from agentgym.trainers.metrics import MetricsLogger
+from agentgym.trainers.sft import time_limit_note
 from agentgym.trainers.rollouts import (
     OfflineGroups,
     StepRollout,
@@ -115,8 +116,7 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
                     result.stopped_early = True
                     return result
                 if out_of_time:
-                    log.note(f"max_seconds ({config.max_seconds:g}) reached after step {state.step} of "
-                             f"{config.steps}: the final model is this step's.")
+                    log.note(time_limit_note(config.max_seconds, state.step, config.steps))
                     break
         except KeyboardInterrupt:
             # A step cut in the middle of its updates would resume from a mix of two steps.

@@ -40,7 +40,7 @@ from agentgym.trainers.config import TrainConfig
 
 __all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer",
            "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train", "time_limit_callback",
-           "trajectory_files", "without_printer"]
+           "time_limit_note", "trajectory_files", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -276,6 +276,11 @@ def time_limit_callback(max_seconds: float, began: float, *, every: int = 1, sav
     return TimeLimit()
 
 
+def time_limit_note(max_seconds: float, step: int, steps: int) -> str:
+    """What a run that ran out of ``max_seconds`` after ``step`` of ``steps`` logs."""
+    return f"max_seconds ({max_seconds:g}) reached after step {step} of {steps}: the final model is this step's."
+
+
 def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
                   optimizer_out: list[Any] | None = None) -> dict[str, float]:
     """The format warm-up of ``config`` (``format_warmup_*`` fields), done with TRL on ``model``.
@@ -361,8 +366,7 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
                   warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
                   group_by_length=config.group_by_length, on_step=log_step, time_limit=time_limit)
         if time_limit.stopped_at is not None:
-            log.note(f"max_seconds ({config.max_seconds:g}) reached after step {time_limit.stopped_at} of "
-                     f"{config.steps}: the final model is this step's.")
+            log.note(time_limit_note(config.max_seconds, time_limit.stopped_at, config.steps))
     final = out / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

@@ -55,7 +55,8 @@ from agentgym.trainers.algorithms import LOSS_METRICS, masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
-from agentgym.trainers.sft import lr_schedule_args, quiet_trl, time_limit_callback, without_printer
+from agentgym.trainers.sft import (lr_schedule_args, quiet_trl, time_limit_callback, time_limit_note,
+                                   without_printer)
 
 __all__ = [
     "AgentGymGRPOTrainer",
@@ -518,8 +519,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
             result.metrics = callback.metrics
             if time_limit.stopped_at is not None and not stop.stopped:
-                log.note(f"max_seconds ({config.max_seconds:g}) reached after step {time_limit.stopped_at} of "
-                         f"{config.steps}: the final model is this step's.")
+                log.note(time_limit_note(config.max_seconds, time_limit.stopped_at, config.steps))
     if stop.stopped:
         result.stopped_early = True
         return result
