@@ -66,6 +66,11 @@ GRPO_LR=${GRPO_LR:-5e-5}         # 1e-4 cost the noisy-demonstration model 20 po
 GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the env's 30)
 GRPO_KL=${GRPO_KL:-1}            # KL to the start model: without it GRPO cost the DAgger model 6 points, with it none
 GRPO_SECONDS=${GRPO_SECONDS:-0}  # wall-clock budget of GRPO (0: none): it ends after the step that runs out
+# 1: a control beside GRPO, the same command at lr 0 (same levels, same sampling seeds, step by
+# step), then scripts/compare_runs.py pairs their steps: the levels alone swing success by 40
+# points from one step to the next, so a training curve on its own says little.
+GRPO_CONTROL=${GRPO_CONTROL:-0}
+PYTHON=${PYTHON:-python3}        # a Python that imports agentgym, for scripts/compare_runs.py
 # Hard-level mining: the start model plays HARD_LEVELS new levels (seeds 3000000 upwards, greedy,
 # GRPO_TURNS turns) and GRPO plays only the ones it failed. 0: GRPO plays new levels every step.
 HARD_LEVELS=${HARD_LEVELS:-0}
@@ -131,7 +136,16 @@ if (( HARD_LEVELS > 0 )); then
 fi
 
 # 3. GRPO from the SFT (or DAgger) checkpoint, online against the built-in server.
+if (( GRPO_CONTROL )); then  # --lr 0 after GRPO's own --lr: the last one counts
+  "$AGENTGYM" train "${GRPO[@]}" "${ENV[@]}" --model "$START" --lr 0 --out "$OUT/grpo_control" \
+    > "$OUT/grpo_control.log" 2>&1 &
+  control=$!
+fi
 "$AGENTGYM" train "${GRPO[@]}" "${ENV[@]}" --model "$START" --out "$OUT/grpo"
+if (( GRPO_CONTROL )); then
+  wait "$control"
+  "$PYTHON" scripts/compare_runs.py "$OUT/grpo_control" "$OUT/grpo" || true  # a report: a run of one step has none
+fi
 "$AGENTGYM" eval "${ENV[@]}" --model "$OUT/grpo/final" "${EVAL[@]}" --episodes-out "$OUT/eval_grpo.parquet"
 
 # 4. The bounds: random moves and the solver, on the same unseen levels.

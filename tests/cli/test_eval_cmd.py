@@ -21,6 +21,7 @@ from agentgym.trainers.config import TrainConfig
 
 runner = CliRunner()
 COMPARE_EVALS = Path(__file__).parents[2] / "scripts" / "compare_evals.py"
+COMPARE_RUNS = Path(__file__).parents[2] / "scripts" / "compare_runs.py"
 
 
 def _flat(output: str) -> str:
@@ -221,6 +222,36 @@ def test_compare_evals_pairs_two_evals_level_by_level(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "solver.parquet"),
                               str(tmp_path / "x.parquet")], capture_output=True, text=True, check=False)
     assert missing.returncode != 0 and "No episodes in" in missing.stderr
+
+
+def test_compare_runs_pairs_a_run_with_its_control_step_by_step(tmp_path: Path) -> None:
+    """scripts/compare_runs.py: the steps both runs logged, from --from-step, and the sign test on them."""
+    def write_run(name: str, successes: list[float | None]) -> Path:
+        (tmp_path / name).mkdir()
+        lines = [json.dumps({"step": step, "success": value, "reward": step}) for step, value in enumerate(successes)]
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        return tmp_path / name
+
+    control = write_run("control", [0.5, 0.2, 0.6, 0.3, 0.4, 0.1, 0.5])
+    run = write_run("run", [0.5, 0.3, 0.7, 0.3, None, 0.2])  # step 4 not finite, step 6 not reached
+
+    def compare(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(COMPARE_RUNS), *args], capture_output=True, text=True, check=False)
+
+    done = compare(str(control), str(run))
+    assert done.returncode == 0, done.stderr
+    assert "step 0 (the start model in both): control 0.5, run 0.5" in done.stdout
+    # steps 1, 2, 3, 5: run 0.3, 0.7, 0.3, 0.2 against 0.2, 0.6, 0.3, 0.1
+    assert "steps 1 to 5 (4 shared): success 0.375 against the control's 0.3" in done.stdout
+    assert "steps above the control: 3, below: 0, exact sign test p = 0.25" in done.stdout
+    later = compare(str(control), str(run), "--from-step", "3", "--metric", "reward")
+    assert "steps 3 to 5 (3 shared): reward 4 against the control's 4" in later.stdout
+    assert "above the control: 0, below: 0, exact sign test p = 1" in later.stdout
+
+    none = compare(str(control), str(run), "--from-step", "7")
+    assert none.returncode == 2 and "share no step from 7 on" in none.stderr
+    missing = compare(str(control), str(tmp_path / "nowhere"))
+    assert missing.returncode != 0 and "give the --out folder of an `agentgym train` run" in missing.stderr
 
 
 def test_mcnemar_exact_matches_the_binomial_test() -> None:

@@ -1,0 +1,70 @@
+#!/usr/bin/env python
+"""Compare a GRPO run with its control step by step, from the two runs' ``metrics.jsonl``.
+
+    python scripts/compare_runs.py runs/sokoban6/grpo_control runs/sokoban6/grpo
+    python scripts/compare_runs.py CONTROL RUN --metric reward --from-step 2
+
+The control is the run's own command with ``--lr 0``: it cannot learn, and with the same
+``--seed`` it plays the same levels with the same sampling seeds, step by step, so each of
+the run's steps pairs with the control's. The levels of one step can be much easier than
+the next one's (success swings by 40 points between steps), which no single run can tell
+from learning; the pairing removes it. Prints both runs' mean of the metric over the steps
+they share (from ``--from-step``; step 0 is the start model in both, so it should match),
+how many of those steps the run was above and below its control, and the exact two-sided
+sign test on that count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from compare_evals import mcnemar_exact  # the same exact binomial test, on steps instead of levels
+
+from agentgym.trainers.metrics import read_jsonl
+
+
+def step_metrics(run: str) -> dict[int, dict[str, float]]:
+    """Each logged step's metrics of a run folder (a resumed run's last record of a step wins)."""
+    path = Path(run) / "metrics.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"No {path}: give the --out folder of an `agentgym train` run.")
+    return {int(record["step"]): record for record in read_jsonl(path)}
+
+
+def shared_steps(control: dict[int, dict[str, float]], run: dict[int, dict[str, float]], metric: str,
+                 from_step: int) -> list[int]:
+    """The steps from ``from_step`` on that both runs logged ``metric`` for (a non-finite value is logged as null)."""
+    def logged(record: dict[str, float]) -> bool:
+        return isinstance(record.get(metric), (int, float))
+
+    return sorted(s for s in set(control) & set(run) if s >= from_step and logged(control[s]) and logged(run[s]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("control", help="the control's run folder (the same command with --lr 0)")
+    parser.add_argument("run", help="the run's folder")
+    parser.add_argument("--metric", default="success", help="the metric to pair (default: success)")
+    parser.add_argument("--from-step", type=int, default=1, help="the first step to count (default: 1)")
+    args = parser.parse_args()
+    control, run = step_metrics(args.control), step_metrics(args.run)
+    if 0 in control and 0 in run:
+        print(f"step 0 (the start model in both): control {control[0].get(args.metric)}, run {run[0].get(args.metric)}")
+    steps = shared_steps(control, run, args.metric, args.from_step)
+    if not steps:
+        print(f"The runs share no step from {args.from_step} on with {args.metric!r} logged.", file=sys.stderr)
+        return 2
+    mean_control = sum(control[s][args.metric] for s in steps) / len(steps)
+    mean_run = sum(run[s][args.metric] for s in steps) / len(steps)
+    above = sum(run[s][args.metric] > control[s][args.metric] for s in steps)
+    below = sum(run[s][args.metric] < control[s][args.metric] for s in steps)
+    print(f"steps {steps[0]} to {steps[-1]} ({len(steps)} shared): {args.metric} {mean_run:.4g} against the "
+          f"control's {mean_control:.4g}")
+    print(f"steps above the control: {above}, below: {below}, exact sign test p = {mcnemar_exact(above, below):.2g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
