@@ -29,12 +29,12 @@ from typing import Any, Self
 from rich.console import Console
 
 from agentgym.errors import ConfigError
+from agentgym.trainers.budget import TimeBudget
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp import FSDPTrainer, init_distributed
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from agentgym.trainers.fsdp.distributed import Dist, broadcast_object
 from agentgym.trainers.metrics import MetricsLogger
-from agentgym.trainers.sft import time_limit_note
 from agentgym.trainers.rollouts import (
     OfflineGroups,
     StepRollout,
@@ -78,7 +78,7 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
     ``stop_after``: stop (with a checkpoint) once this many steps are done,
     as an interrupted run would.
     """
-    began = time.monotonic()
+    budget = TimeBudget(config.max_seconds)
     out = Path(config.out)
     dist = init_distributed(device)
     _check_out(out, config)
@@ -108,7 +108,7 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
                 result.metrics.append(metrics)
                 state.step, settled = step + 1, trainer.optimizer_steps
                 stopping = stop_after is not None and state.step >= stop_after
-                out_of_time = state.step < config.steps and _out_of_time(config, began, trainer.dist)
+                out_of_time = state.step < config.steps and _out_of_time(budget, trainer.dist)
                 if (state.step % config.checkpoint_every == 0 or state.step == config.steps or stopping
                         or out_of_time):
                     save_checkpoint(trainer, out, state.step, state.to_dict(), keep=config.keep_checkpoints)
@@ -116,7 +116,7 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
                     result.stopped_early = True
                     return result
                 if out_of_time:
-                    log.note(time_limit_note(config.max_seconds, state.step, config.steps))
+                    log.note(budget.note(state.step, config.steps))
                     break
         except KeyboardInterrupt:
             # A step cut in the middle of its updates would resume from a mix of two steps.
@@ -128,11 +128,9 @@ def run_training(config: TrainConfig, *, console: Console | None = None, stop_af
     return result
 
 
-def _out_of_time(config: TrainConfig, began: float, dist: Dist) -> bool:
-    """Whether the run has used its ``max_seconds``; rank 0's clock decides for every rank."""
-    if not config.max_seconds:
-        return False
-    return bool(broadcast_object(time.monotonic() - began >= config.max_seconds, dist))
+def _out_of_time(budget: TimeBudget, dist: Dist) -> bool:
+    """Whether the run has spent its budget; rank 0's clock decides for every rank."""
+    return bool(budget.seconds) and bool(broadcast_object(budget.spent(), dist))
 
 
 def _check_out(out: Path, config: TrainConfig) -> None:

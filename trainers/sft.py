@@ -36,11 +36,12 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.budget import TimeBudget, time_limit_callback
 from agentgym.trainers.config import TrainConfig
 
 __all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer",
-           "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train", "time_limit_callback",
-           "time_limit_note", "trajectory_files", "without_printer"]
+           "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train",
+           "trajectory_files", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -209,7 +210,8 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
     ``group_by_length``: each batch of rows of similar length (:func:`length_grouped_order`),
     so less of every batch is padding; otherwise batches are drawn at random.
-    ``time_limit``: a :func:`time_limit_callback` that may end the run before ``steps``.
+    ``time_limit``: a :func:`~agentgym.trainers.budget.time_limit_callback` that may end the run
+    before ``steps``.
     """
     from trl import SFTTrainer
 
@@ -254,31 +256,6 @@ def _step_logs_callback(on_step: Callable[[int, dict[str, float]], None]) -> Any
                 on_step(state.global_step - 1, _numbers(logs))
 
     return StepLogs()
-
-
-def time_limit_callback(max_seconds: float, began: float, *, every: int = 1, save: bool = False) -> Any:
-    """A transformers callback that ends training once ``max_seconds`` have passed since ``began``
-    (a ``time.monotonic()``), at the end of a step whose number is a multiple of ``every`` (a
-    whole GRPO step of ``every`` optimiser steps), with a checkpoint when ``save``. Its
-    ``stopped_at`` is then the steps done, counted in ``every``; 0 seconds: no limit."""
-    from transformers import TrainerCallback
-
-    class TimeLimit(TrainerCallback):
-        stopped_at: int | None = None
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if (max_seconds and state.global_step % every == 0 and state.global_step < state.max_steps
-                    and time.monotonic() - began >= max_seconds):
-                control.should_training_stop = True
-                control.should_save = control.should_save or save
-                self.stopped_at = state.global_step // every
-
-    return TimeLimit()
-
-
-def time_limit_note(max_seconds: float, step: int, steps: int) -> str:
-    """What a run that ran out of ``max_seconds`` after ``step`` of ``steps`` logs."""
-    return f"max_seconds ({max_seconds:g}) reached after step {step} of {steps}: the final model is this step's."
 
 
 def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
@@ -335,7 +312,7 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
     from agentgym.trainers.loop import TrainResult
     from agentgym.trainers.metrics import MetricsLogger
 
-    began = time.monotonic()
+    budget = TimeBudget(config.max_seconds)
     if config.trajectories is None:
         raise ConfigError("--trainer sft learns from a rollout file: pass --trajectories FILE "
                           "(make one with `agentgym rollout --env ENV --out FILE`, e.g. --policy solver "
@@ -348,7 +325,7 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
     model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
     config.save_yaml(out / "config.yaml")
     result = TrainResult(out=out)
-    time_limit = time_limit_callback(config.max_seconds, began)
+    time_limit = time_limit_callback(budget)
     with MetricsLogger(out, config, console=console) as log:
         log.note(f"SFT on {len(dataset)} successful rows of {len(rows)} in {config.trajectories}.")
 
@@ -366,7 +343,7 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
                   warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
                   group_by_length=config.group_by_length, on_step=log_step, time_limit=time_limit)
         if time_limit.stopped_at is not None:
-            log.note(time_limit_note(config.max_seconds, time_limit.stopped_at, config.steps))
+            log.note(budget.note(time_limit.stopped_at, config.steps))
     final = out / "final"
     model.save_pretrained(final)
     tokenizer.save_pretrained(final)

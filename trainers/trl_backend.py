@@ -53,10 +53,10 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.algorithms import LOSS_METRICS, masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
+from agentgym.trainers.budget import TimeBudget, time_limit_callback
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
-from agentgym.trainers.sft import (lr_schedule_args, quiet_trl, time_limit_callback, time_limit_note,
-                                   without_printer)
+from agentgym.trainers.sft import lr_schedule_args, quiet_trl, without_printer
 
 __all__ = [
     "AgentGymGRPOTrainer",
@@ -482,7 +482,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
     from agentgym.trainers.loop import TrainResult
     from agentgym.trainers.metrics import MetricsLogger
 
-    began = time.monotonic()
+    budget = TimeBudget(config.max_seconds)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("The trl backend runs in one process (a GRPO group must not straddle processes); "
                           "under torchrun use --backend fsdp.")
@@ -509,7 +509,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
                 rollout = _live_rollout(config, tokenizer, base_url, name, log)
             callback = SyncCallback(rollout, optimizer_steps, sync=sync, log=log)
             stop = _StopAfter(stop_after if stop_after is not None else config.steps, optimizer_steps)
-            time_limit = time_limit_callback(config.max_seconds, began, every=optimizer_steps, save=True)
+            time_limit = time_limit_callback(budget, every=optimizer_steps, save=True)
             trainer = AgentGymGRPOTrainer(config, model, tokenizer, rollout, args=grpo_args(config, out / "trl"),
                                           callbacks=[callback, stop, time_limit],
                                           peft_config=config.lora_config() if config.lora else None,
@@ -519,7 +519,7 @@ def run_trl(config: TrainConfig, *, console: Any = None, stop_after: int | None 
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
             result.metrics = callback.metrics
             if time_limit.stopped_at is not None and not stop.stopped:
-                log.note(time_limit_note(config.max_seconds, time_limit.stopped_at, config.steps))
+                log.note(budget.note(time_limit.stopped_at, config.steps))
     if stop.stopped:
         result.stopped_early = True
         return result
