@@ -29,6 +29,7 @@ from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, UnknownTrainerError
 from agentgym.rollout.seeds import read_seeds
 from agentgym.trainers.algorithms import AdvantageMethod, Correction, CorrectionLevel, LossAggregation, LossConfig
+from agentgym.trainers.optimizers import OptimizerName
 
 __all__ = ["Backend", "LRSchedule", "TrainConfig"]
 
@@ -111,12 +112,18 @@ class TrainConfig:
     """Drop rows sampled by a policy more than this many versions older than the trainer's."""
 
     # -- optimisation ------------------------------------------------------------
+    optimizer: OptimizerName = "adamw"
+    """adamw, or sgd: steps along the gradient itself, so weights the batch says little about barely
+    move (AdamW moves every weight by about lr). SGD needs a far larger lr (its step is lr times the
+    clipped gradient); the format warm-up uses the same optimiser."""
     lr: float = 1e-3
-    """Peak learning rate (AdamW). Tiny random-init models like it high; real models 1e-6..1e-5."""
+    """Peak learning rate. Tiny random-init models like it high; real models 1e-6..1e-5 (AdamW)."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """Weight decay."""
     adam_betas: tuple[float, float] = (0.9, 0.99)
     """AdamW betas."""
+    momentum: float = 0.0
+    """SGD momentum (0: plain gradient steps); AdamW ignores it."""
     warmup_steps: int = 0
     """Linear warm-up of the learning rate over this many optimiser steps."""
     lr_schedule: LRSchedule = "cosine"
@@ -280,7 +287,7 @@ class TrainConfig:
             "engine": _ENGINES, "dtype": _DTYPES,
             "advantage": get_args(AdvantageMethod), "aggregation": get_args(LossAggregation),
             "correction": get_args(Correction), "correction_level": get_args(CorrectionLevel),
-            "lr_schedule": get_args(LRSchedule),
+            "lr_schedule": get_args(LRSchedule), "optimizer": get_args(OptimizerName),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -307,6 +314,8 @@ class TrainConfig:
         for name in ("top_p", "lora_dropout", "min_lr_ratio", "top_entropy_quantile"):
             check_number(name, getattr(self, name), minimum=0.0, maximum=1.0, integer=False)
         check_number("turn_discount", self.turn_discount, minimum=0.0, maximum=1.0, integer=False)
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError(f"momentum must be within [0, 1) (0: plain SGD, 0.9: the usual), got {self.momentum}.")
         for name in ("weight_decay", "max_grad_norm", "turn_advantage_weight", "max_seconds"):
             check_number(name, getattr(self, name), minimum=0.0, integer=False)
         if len(self.adam_betas) != 2 or not all(0.0 <= b < 1.0 for b in self.adam_betas):

@@ -38,6 +38,7 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.budget import TimeBudget, time_limit_callback
 from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.optimizers import hf_optimizer_args
 
 __all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer",
            "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train",
@@ -177,15 +178,14 @@ def lr_schedule_args(name: str, *, lr: float, warmup_steps: int, min_lr_ratio: f
 
 
 def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, max_length: int,
-              max_grad_norm: float, adam_betas: tuple[float, float], logging: bool,
+              max_grad_norm: float, optimizer: dict[str, Any], logging: bool,
               schedule: dict[str, Any], in_order: bool) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
         output_dir=str(out), use_cpu=not torch.cuda.is_available(), bf16=False,
         max_steps=steps, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
-        learning_rate=lr, weight_decay=0.0, **schedule,
-        adam_beta1=adam_betas[0], adam_beta2=adam_betas[1],
+        learning_rate=lr, weight_decay=0.0, **schedule, **optimizer,
         max_grad_norm=max_grad_norm or 1e9, seed=seed, data_seed=seed,
         completion_only_loss=True, max_length=max_length, logging_steps=1,
         activation_checkpointing=False,  # TRL turns it on by default: 30% slower, and small models need no memory saved
@@ -196,8 +196,8 @@ def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, m
 
 def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, steps: int, lr: float,
               batch_size: int, seed: int = 0, max_length: int = 4096, max_grad_norm: float = 1.0,
-              adam_betas: tuple[float, float] = (0.9, 0.99), logging: bool = False,
-              optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
+              adam_betas: tuple[float, float] = (0.9, 0.99), optimizer: str = "adamw", momentum: float = 0.0,
+              logging: bool = False, optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
               min_lr_ratio: float = 0.1, group_by_length: bool = False,
               on_step: Callable[[int, dict[str, float]], None] | None = None,
               time_limit: Any = None) -> list[dict[str, float]]:
@@ -205,7 +205,9 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
 
     ``on_step(step, log)``, when given, is called as each step's log arrives (step from 0), so
     a long run shows its progress while it trains.
-    ``optimizer_out``, when given, receives the AdamW used (its moments can carry on into RL).
+    ``optimizer`` (adamw with ``adam_betas``, or sgd with ``momentum``): see
+    :mod:`~agentgym.trainers.optimizers`.
+    ``optimizer_out``, when given, receives the optimiser used (its moments can carry on into RL).
     ``lr_schedule`` (constant, linear, cosine down to ``min_lr_ratio * lr``) after
     ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
     ``group_by_length``: each batch of rows of similar length (:func:`length_grouped_order`),
@@ -223,7 +225,8 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
                                                       batch_size=batch_size, samples=steps * batch_size,
                                                       seed=seed))
     args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=batch_size, seed=seed,
-                     max_length=max_length, max_grad_norm=max_grad_norm, adam_betas=adam_betas,
+                     max_length=max_length, max_grad_norm=max_grad_norm,
+                     optimizer=hf_optimizer_args(optimizer, adam_betas=adam_betas, momentum=momentum),
                      logging=logging, in_order=group_by_length,
                      schedule=lr_schedule_args(lr_schedule, lr=lr, warmup_steps=warmup_steps,
                                                min_lr_ratio=min_lr_ratio))
@@ -283,7 +286,7 @@ def format_warmup(model: Any, tokenizer: Any, config: TrainConfig,
                      steps=config.format_warmup_steps, lr=config.format_warmup_lr or config.lr,
                      batch_size=config.format_warmup_batch_size, seed=config.seed, max_length=config.max_context_tokens,
                      max_grad_norm=config.max_grad_norm, adam_betas=config.adam_betas,
-                     optimizer_out=optimizer_out)
+                     optimizer=config.optimizer, momentum=config.momentum, optimizer_out=optimizer_out)
     losses = [log["loss"] for log in logs] or [math.nan]
     return {"loss_first": losses[0], "loss_last": losses[-1], "episodes": float(len(rows)),
             "seconds": time.perf_counter() - started}
@@ -339,7 +342,8 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
         sft_train(model, tokenizer, dataset, out=out / "sft", steps=config.steps, lr=config.lr,
                   batch_size=config.micro_batch_size, seed=config.seed,
                   max_length=config.max_context_tokens, max_grad_norm=config.max_grad_norm,
-                  adam_betas=config.adam_betas, lr_schedule=config.lr_schedule,
+                  adam_betas=config.adam_betas, optimizer=config.optimizer, momentum=config.momentum,
+                  lr_schedule=config.lr_schedule,
                   warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
                   group_by_length=config.group_by_length, on_step=log_step, time_limit=time_limit)
         if time_limit.stopped_at is not None:

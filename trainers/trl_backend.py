@@ -57,6 +57,7 @@ from agentgym.trainers.budget import TimeBudget, time_limit_callback
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
 from agentgym.trainers.sft import lr_schedule_args, quiet_trl, without_printer
+from agentgym.trainers.optimizers import hf_optimizer_args
 
 __all__ = [
     "AgentGymGRPOTrainer",
@@ -94,14 +95,14 @@ def grpo_args(config: TrainConfig, output_dir: str | Path) -> GRPOConfig:
         max_steps=config.steps * optimizer_steps, per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation, steps_per_generation=accumulation * config.mini_batches,
         num_generations=config.group_size, num_iterations=config.epochs,
-        learning_rate=config.lr, adam_beta1=config.adam_betas[0], adam_beta2=config.adam_betas[1],
-        weight_decay=config.weight_decay, **schedule, max_grad_norm=config.max_grad_norm,
+        learning_rate=config.lr, weight_decay=config.weight_decay, **schedule, max_grad_norm=config.max_grad_norm,
         beta=config.kl_coef, epsilon=config.clip_low, epsilon_high=config.clip_high,
         temperature=max(config.temperature, 1e-5), max_completion_length=config.max_context_tokens,
         activation_checkpointing=config.gradient_checkpointing,  # TRL defaults it to on
         logging_steps=1, save_strategy="steps", save_steps=config.checkpoint_every * optimizer_steps,
         save_total_limit=config.keep_checkpoints, seed=config.seed, data_seed=config.seed,
         report_to=[], disable_tqdm=True, log_completions=False, dataloader_num_workers=0,
+        **hf_optimizer_args(config.optimizer, adam_betas=config.adam_betas, momentum=config.momentum),
     )
 
 
@@ -420,7 +421,7 @@ def _base_model(config: TrainConfig, out: Path, resuming: bool, log: Any) -> tup
 
 
 def _for_rl(optimizer: Any, config: TrainConfig) -> Any:
-    """The warm-up's AdamW, set to the RL learning rate (its moments kept)."""
+    """The warm-up's optimiser (``config.optimizer``), set to the RL learning rate (its moments kept)."""
     for group in optimizer.param_groups:
         group["lr"] = group["initial_lr"] = config.lr
     return optimizer

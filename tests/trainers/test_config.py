@@ -36,6 +36,8 @@ def test_needs_an_env_or_a_rollout_file() -> None:
     ({"clip_low": -0.1}, r"clip_low and clip_high must be >= 0"),
     ({"top_entropy_quantile": 1.5}, r"top_entropy_quantile must be at most 1"),
     ({"max_seconds": -5}, r"max_seconds must be at least 0"),
+    ({"optimizer": "adam"}, r"optimizer must be one of adamw, sgd; got 'adam'"),
+    ({"optimizer": "sgd", "momentum": 1.0}, r"momentum must be within \[0, 1\)"),
     ({"lora": True, "frozen_parameters": ["model.layers.0.*"]}, r"frozen_parameters and lora do not mix"),
 ])
 def test_bad_values_name_the_field(values: dict, message: str) -> None:

@@ -113,6 +113,35 @@ def test_frozen_parameters_stay_as_they_were(make_row) -> None:
                            after["model.layers.1.self_attn.v_proj.weight"])
 
 
+def test_sgd_steps_along_the_clipped_gradient_and_learns(make_row) -> None:
+    trainer = _trainer(optimizer="sgd", lr=0.5, max_grad_norm=1.0)
+    assert isinstance(trainer.optimizer, torch.optim.SGD)
+    before = _params(trainer)
+    trainer.train_step(_rows(make_row))
+    after = _params(trainer)
+    grads = {name: p.grad for name, p in trainer.model.named_parameters()}  # as clipped and stepped
+    assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()]))) <= 1.001
+    for name, value in after.items():  # plain SGD: the step is -lr times the gradient, weight by weight
+        torch.testing.assert_close(value - before[name], -0.5 * grads[name], atol=1e-6, rtol=1e-4, msg=name)
+
+    gap = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
+    for _ in range(3):
+        trainer.train_step(_rows(make_row))
+    assert _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense") > gap
+
+
+def test_sgd_momentum_carries_the_last_step(make_row) -> None:
+    plain, heavy = _trainer(optimizer="sgd", lr=0.1), _trainer(optimizer="sgd", lr=0.1, momentum=0.9)
+    assert heavy.optimizer.param_groups[0]["momentum"] == 0.9
+    moves = []
+    for trainer in (plain, heavy):
+        trainer.train_step(_rows(make_row))
+        middle = _params(trainer)
+        trainer.train_step(_rows(make_row))
+        moves.append(sum(float((p - middle[n]).norm()) for n, p in _params(trainer).items()))
+    assert moves[1] > moves[0] * 1.5  # the second step adds 0.9 of the first
+
+
 def test_zero_variance_groups_teach_nothing(make_row) -> None:
     trainer = _trainer()
     before = _params(trainer)

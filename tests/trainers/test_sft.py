@@ -154,6 +154,18 @@ def test_sft_reports_each_step_while_it_trains(tokenizer: Any, tiny_model: str, 
     assert len({weights for _, _, weights in seen}) == 3  # called between steps, not after training
 
 
+@pytest.mark.parametrize(("name", "expected"), [("adamw", torch.optim.AdamW), ("sgd", torch.optim.SGD)])
+def test_sft_steps_the_optimiser_it_is_given(tokenizer: Any, tiny_model: str, tmp_path: Path, name: str,
+                                            expected: type) -> None:
+    model, _ = load_model_and_tokenizer(tiny_model)
+    used: list[Any] = []
+    sft_train(model, tokenizer, sft_dataset(_random_rows(tokenizer, episodes=8, seed=1)), out=tmp_path, steps=1,
+              lr=1e-3, batch_size=4, optimizer=name, momentum=0.5, optimizer_out=used)
+    assert type(used[0]) is expected
+    if name == "sgd":
+        assert used[0].param_groups[0]["momentum"] == 0.5
+
+
 def test_length_grouped_order_batches_similar_lengths_in_random_order() -> None:
     lengths = [(i * 37) % 200 + 1 for i in range(1000)]  # every length 1..200, five times, scrambled
     order = length_grouped_order(lengths, batch_size=8, samples=2000, seed=0, window=10)

@@ -56,6 +56,17 @@ def test_mini_batches_and_epochs_are_optimiser_steps(tmp_path: Path) -> None:
     assert (args.num_iterations, args.max_steps) == (3, 60)
 
 
+def test_the_optimiser_is_the_one_the_config_names(tmp_path: Path) -> None:
+    from transformers import Trainer
+
+    sgd = grpo_args(TrainConfig(env_id=BANDIT, backend="trl", optimizer="sgd", momentum=0.9, lr=0.05), tmp_path)
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(sgd)
+    assert cls is torch.optim.SGD and kwargs["momentum"] == 0.9 and kwargs["lr"] == 0.05
+    adamw = grpo_args(TrainConfig(env_id=BANDIT, backend="trl", adam_betas=(0.8, 0.95)), tmp_path)
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(adamw)
+    assert cls is torch.optim.AdamW and kwargs["betas"] == (0.8, 0.95)
+
+
 def test_a_batch_that_does_not_split_says_what_would(tmp_path: Path) -> None:
     config = TrainConfig(env_id=BANDIT, backend="trl", episodes_per_step=24, group_size=8, micro_batch_size=16)
     with pytest.raises(ConfigError, match=r"whole micro-batches .* e\.g\. --micro-batch-size 12"):

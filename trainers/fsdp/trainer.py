@@ -14,7 +14,7 @@ One :meth:`FSDPTrainer.train_step` takes a step's trajectory rows and:
    loss of :func:`agentgym.trainers.algorithms.policy_loss`, importance-
    corrected against the server's logprobs, normalised over the whole
    mini-batch (every rank, every micro-batch) so accumulation changes nothing;
-4. clips the gradient norm and steps AdamW.
+4. clips the gradient norm and steps the optimiser (AdamW or SGD).
 
 Each numbered piece is a method a subclass can override alone. Under
 ``torchrun`` every rank runs the same number of forward/backward passes
@@ -47,6 +47,7 @@ from agentgym.trainers.batch import (
 )
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce, full_state_dict, init_distributed, shard_model
+from agentgym.trainers.optimizers import build_optimizer
 
 __all__ = ["FSDPTrainer", "StepStats"]
 
@@ -96,8 +97,8 @@ class FSDPTrainer:
         self.model = self._load_model()
         self.ref_model = self._load_reference() if config.kl_coef > 0 else None
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = build_optimizer(params, config.optimizer, lr=config.lr, adam_betas=config.adam_betas,
+                                         momentum=config.momentum, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         #: training steps done: the policy version of the current weights
         self.version = 0

@@ -1,0 +1,47 @@
+"""The optimiser of a run (``-s optimizer=adamw|sgd``), built the same way for every trainer.
+
+The fsdp trainer builds it with :func:`build_optimizer`; the TRL trainers (GRPO
+and SFT) take :func:`hf_optimizer_args` into their ``TrainingArguments``, so a
+run's config means the same optimiser whichever backend reads it.
+
+Why SGD is offered beside AdamW: AdamW divides each weight's step by that
+weight's own gradient size, so a weight whose gradient is pure noise still moves
+by about ``lr`` every update. With a few hundred episodes a step, most of a
+small model's policy gradient is noise (docs/results.md, 2026-11-27), and those
+steps add up to a random walk away from the SFT model. SGD's step is the
+gradient itself: the weights the batch says little about barely move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import torch
+
+from agentgym.errors import ConfigError
+
+__all__ = ["OptimizerName", "build_optimizer", "hf_optimizer_args"]
+
+OptimizerName = Literal["adamw", "sgd"]
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], name: str, *, lr: float,
+                    adam_betas: tuple[float, float] = (0.9, 0.99), momentum: float = 0.0,
+                    weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """AdamW (``adam_betas``) or SGD (``momentum``; plain gradient steps at 0), with decoupled-style decay."""
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=adam_betas, weight_decay=weight_decay)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    raise ConfigError(f"optimizer must be adamw or sgd, got {name!r}.")
+
+
+def hf_optimizer_args(name: str, *, adam_betas: tuple[float, float] = (0.9, 0.99),
+                      momentum: float = 0.0) -> dict[str, Any]:
+    """The ``TrainingArguments`` fields that pick the same optimiser in a transformers/TRL trainer."""
+    if name == "adamw":  # transformers' default optimiser is AdamW: leave ``optim`` alone
+        return {"adam_beta1": adam_betas[0], "adam_beta2": adam_betas[1]}
+    if name == "sgd":
+        return {"optim": "sgd", "optim_args": f"momentum={momentum}"}
+    raise ConfigError(f"optimizer must be adamw or sgd, got {name!r}.")
