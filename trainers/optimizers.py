@@ -9,7 +9,9 @@ weight's own gradient size, so a weight whose gradient is pure noise still moves
 by about ``lr`` every update. With a few hundred episodes a step, most of a
 small model's policy gradient is noise (docs/results.md, 2026-11-27), and those
 steps add up to a random walk away from the SFT model. SGD's step is the
-gradient itself: the weights the batch says little about barely move.
+gradient itself: the weights the batch says little about barely move. (On the
+tiny Sokoban model GRPO lost to its lr-0 control with either; docs/results.md,
+"SGD instead of AdamW".)
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ OptimizerName = Literal["adamw", "sgd"]
 def build_optimizer(params: Iterable[torch.nn.Parameter], name: str, *, lr: float,
                     adam_betas: tuple[float, float] = (0.9, 0.99), momentum: float = 0.0,
                     weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """AdamW (``adam_betas``) or SGD (``momentum``; plain gradient steps at 0), with decoupled-style decay."""
+    """AdamW (``adam_betas``; decay decoupled) or SGD (``momentum``, 0: plain gradient steps; decay added to
+    the gradient)."""
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, betas=adam_betas, weight_decay=weight_decay)
     if name == "sgd":
