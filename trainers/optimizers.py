@@ -37,7 +37,7 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], name: str, *, lr: floa
         return torch.optim.AdamW(params, lr=lr, betas=adam_betas, weight_decay=weight_decay)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    raise ConfigError(f"optimizer must be adamw or sgd, got {name!r}.")
+    raise _unknown(name)
 
 
 def hf_optimizer_args(name: str, *, adam_betas: tuple[float, float] = (0.9, 0.99),
@@ -47,4 +47,8 @@ def hf_optimizer_args(name: str, *, adam_betas: tuple[float, float] = (0.9, 0.99
         return {"adam_beta1": adam_betas[0], "adam_beta2": adam_betas[1]}
     if name == "sgd":
         return {"optim": "sgd", "optim_args": f"momentum={momentum}"}
-    raise ConfigError(f"optimizer must be adamw or sgd, got {name!r}.")
+    raise _unknown(name)
+
+
+def _unknown(name: str) -> ConfigError:
+    return ConfigError(f"optimizer must be adamw or sgd, got {name!r}.")

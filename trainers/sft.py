@@ -197,8 +197,8 @@ def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, m
 def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, steps: int, lr: float,
               batch_size: int, seed: int = 0, max_length: int = 4096, max_grad_norm: float = 1.0,
               adam_betas: tuple[float, float] = (0.9, 0.99), optimizer: str = "adamw", momentum: float = 0.0,
-              logging: bool = False, optimizer_out: list[Any] | None = None, lr_schedule: str = "constant", warmup_steps: int = 0,
-              min_lr_ratio: float = 0.1, group_by_length: bool = False,
+              logging: bool = False, optimizer_out: list[Any] | None = None, lr_schedule: str = "constant",
+              warmup_steps: int = 0, min_lr_ratio: float = 0.1, group_by_length: bool = False,
               on_step: Callable[[int, dict[str, float]], None] | None = None,
               time_limit: Any = None) -> list[dict[str, float]]:
     """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).

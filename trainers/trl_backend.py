@@ -55,9 +55,9 @@ from agentgym.trainers.algorithms import LOSS_METRICS, masked_mean, policy_loss
 from agentgym.trainers.batch import has_rollout_logprobs, token_advantages
 from agentgym.trainers.budget import TimeBudget, time_limit_callback
 from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.optimizers import hf_optimizer_args
 from agentgym.trainers.rollouts import OfflineGroups, episode_stats, play_step
 from agentgym.trainers.sft import lr_schedule_args, quiet_trl, without_printer
-from agentgym.trainers.optimizers import hf_optimizer_args
 
 __all__ = [
     "AgentGymGRPOTrainer",
