@@ -49,6 +49,7 @@ from agentgym.errors import ConfigError
 __all__ = [
     "LOSS_METRICS",
     "AdvantageMethod",
+    "Baseline",
     "Correction",
     "CorrectionLevel",
     "LossAggregation",
@@ -61,11 +62,13 @@ __all__ = [
     "importance_weights",
     "kl_k3",
     "masked_mean",
+    "playing_baseline_advantages",
     "policy_loss",
     "zero_variance_groups",
 ]
 
 AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo"]
+Baseline = Literal["episode", "turn"]
 LossAggregation = Literal["token_mean", "sequence_mean", "constant_sum"]
 Correction = Literal["none", "truncate", "mask"]
 CorrectionLevel = Literal["token", "sequence"]
@@ -140,6 +143,41 @@ def anchor_advantages(returns: Sequence[float], anchors: Sequence[Hashable],
         values = torch.tensor([returns[t] for t in turns], dtype=torch.float64)
         for turn, advantage in zip(turns, group_advantages(values, len(turns), method).tolist()):
             advantages[turn] = advantage
+    return advantages
+
+
+def playing_baseline_advantages(returns: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each turn's return-to-go against the other episodes of its group still playing at that turn.
+
+    ``returns[i][t]`` is episode i's return-to-go from its turn t. Turn t of
+    episode i gets ``returns[i][t]`` minus the mean of ``returns[j][t]`` over
+    the other episodes j that played a turn t (leave one out, as RLOO). Why: in
+    a multi-turn env the failed episodes are often the long ones (they run to
+    the turn limit), so with one advantage per episode their late turns, which
+    no won episode reaches, are all pushed down, and the tokens every turn
+    shares (the answer's markup, a move the policy is sure of) with them: in
+    every batch the same way, though the push cancels in expectation. Against
+    the episodes still playing, the advantages of each turn index sum to zero
+    across the group, so that push is gone, and a turn after which nothing
+    differed (all that still play fail alike) gets 0. The baseline of episode
+    i's turn comes from the other episodes only, so the policy gradient stays
+    unbiased. A turn that no other episode reached keeps the baseline of the
+    last turn that one did; a lone episode gets 0 throughout.
+    """
+    advantages: list[list[float]] = []
+    for i, own in enumerate(returns):
+        others = [r for j, r in enumerate(returns) if j != i and r]
+        if not others:
+            advantages.append([0.0] * len(own))
+            continue
+        baseline = 0.0
+        values = []
+        for turn, value in enumerate(own):
+            playing = [r[turn] for r in others if len(r) > turn]
+            if playing:  # always at turn 0; later, none left: keep the last turn's baseline
+                baseline = sum(playing) / len(playing)
+            values.append(float(value) - baseline)
+        advantages.append(values)
     return advantages
 
 

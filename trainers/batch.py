@@ -25,7 +25,14 @@ from dataclasses import dataclass
 import torch
 
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.algorithms import AdvantageMethod, anchor_advantages, discounted_returns, group_advantages
+from agentgym.trainers.algorithms import (
+    AdvantageMethod,
+    Baseline,
+    anchor_advantages,
+    discounted_returns,
+    group_advantages,
+    playing_baseline_advantages,
+)
 
 __all__ = [
     "MicroBatch",
@@ -34,6 +41,7 @@ __all__ = [
     "has_rollout_logprobs",
     "packed_attention_mask",
     "plan_micro_batches",
+    "playing_turn_advantages",
     "row_advantages",
     "to_sequences",
     "token_advantages",
@@ -133,10 +141,9 @@ def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "gr
     for episode_id, parts in _rows_by_episode(rows).items():
         first = parts[0]
         result[episode_id] = [0.0] * len(first.turn_rewards)
-        observations = turn_observations(first)
-        spans = sum(len(turn_spans(part.completion_mask)) for part in parts)
-        if not (len(observations) == spans == len(first.turn_rewards)):
+        if not _matched_turns(first, parts):
             continue
+        observations = turn_observations(first)
         returns = discounted_returns(first.turn_rewards, discount)
         for turn, (observation, value) in enumerate(zip(observations, returns)):
             anchors[_group_key(first)].append((episode_id, turn, observation, value))
@@ -144,6 +151,41 @@ def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "gr
         values = anchor_advantages([m[3] for m in members], [m[2] for m in members], method)
         for (episode_id, turn, _, _), value in zip(members, values):
             result[episode_id][turn] = value
+    return result
+
+
+def _matched_turns(first: TrajectoryRow, parts: Sequence[TrajectoryRow]) -> bool:
+    """Whether an episode's turn rewards, observations and sampled-token runs line up one to one
+    (an error between sampling and stepping leaves a turn with no reward)."""
+    spans = sum(len(turn_spans(part.completion_mask)) for part in parts)
+    return len(turn_observations(first)) == spans == len(first.turn_rewards)
+
+
+def playing_turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo"
+                            ) -> dict[str, list[float]]:
+    """Each turn's advantage against the episodes of its group still playing at that turn, by episode id.
+
+    :func:`~agentgym.trainers.algorithms.playing_baseline_advantages` on the
+    turns' undiscounted returns-to-go, within each group as :func:`row_advantages`
+    forms them. With ``method="grpo"`` a group's values are divided by the
+    standard deviation of its episodes' rewards, as GRPO scales its episode
+    advantages; the other methods leave them as they are. An episode whose turns
+    cannot be matched to its tokens is left out: it keeps its episode advantage.
+    """
+    groups: dict[tuple[str, int, int], list[tuple[str, list[float], float]]] = defaultdict(list)
+    for episode_id, parts in _rows_by_episode(rows).items():
+        first = parts[0]
+        if _matched_turns(first, parts):
+            groups[_group_key(first)].append((episode_id, discounted_returns(first.turn_rewards, 1.0), first.reward))
+    result: dict[str, list[float]] = {}
+    for members in groups.values():
+        values = playing_baseline_advantages([returns for _, returns, _ in members])
+        scale = 1.0
+        if method == "grpo" and len(members) > 1:
+            spread = float(torch.tensor([reward for *_, reward in members], dtype=torch.float64).std())
+            scale = 1.0 / (spread + 1e-4) if spread > 1e-6 else 1.0  # equal rewards: no scale to take
+        for (episode_id, _, _), per_turn in zip(members, values):
+            result[episode_id] = [value * scale for value in per_turn]
     return result
 
 
@@ -161,7 +203,8 @@ def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "g
                      filter_zero_variance: bool = False, filter_uniform_success: bool = False,
                      turn_weight: float = 0.0,
                      turn_discount: float = 0.95,
-                     per_turn: dict[str, list[float]] | None = None) -> list[list[float] | None]:
+                     per_turn: dict[str, list[float]] | None = None,
+                     baseline: Baseline = "episode") -> list[list[float] | None]:
     """One advantage per completion token of each row (None: skip the row).
 
     Every sampled token gets its episode's advantage (:func:`row_advantages`);
@@ -171,22 +214,28 @@ def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "g
     is skipped only when neither level has anything to teach: equal episode
     rewards (or outcomes) and no turn advantage.
     ``per_turn``: :func:`turn_advantages` of these rows, when the caller has it already.
+    ``baseline="turn"``: each turn's tokens get, instead of the episode's advantage, the turn's
+    against the episodes still playing (:func:`playing_turn_advantages`); the filters still
+    decide by the episodes' rewards.
     """
     episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance,
                                    filter_uniform_success=filter_uniform_success)
     if per_turn is None:
         per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
+    playing = playing_turn_advantages(rows, method) if baseline == "turn" else {}
     turns_before = _turns_before(rows)
     rescued: set[tuple[str, int, int]] = set()  # filtered groups with a turn-level signal
     values: list[list[float]] = []
     for row, advantage in zip(rows, episode_level):
         tokens = [0.0] * len(row.completion_ids)
         turns = per_turn.get(row.episode_id, [])
+        own = playing.get(row.episode_id) if advantage is not None else None
         for turn, (start, end) in enumerate(turn_spans(row.completion_mask), turns_before[id(row)]):
             extra = turn_weight * turns[turn] if turn < len(turns) else 0.0
             if advantage is None and abs(extra) > 1e-9:
                 rescued.add(_group_key(row))
-            tokens[start:end] = [(advantage or 0.0) + extra] * (end - start)
+            base = own[turn] if own is not None and turn < len(own) else (advantage or 0.0)
+            tokens[start:end] = [base + extra] * (end - start)
         values.append(tokens)
     return [None if advantage is None and _group_key(row) not in rescued else tokens
             for row, advantage, tokens in zip(rows, episode_level, values)]

@@ -28,7 +28,14 @@ import yaml
 from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, UnknownTrainerError
 from agentgym.rollout.seeds import read_seeds
-from agentgym.trainers.algorithms import AdvantageMethod, Correction, CorrectionLevel, LossAggregation, LossConfig
+from agentgym.trainers.algorithms import (
+    AdvantageMethod,
+    Baseline,
+    Correction,
+    CorrectionLevel,
+    LossAggregation,
+    LossConfig,
+)
 from agentgym.trainers.optimizers import OptimizerName
 
 __all__ = ["Backend", "LRSchedule", "TrainConfig"]
@@ -152,6 +159,14 @@ class TrainConfig:
     uneven lengths, or with flash attention on GPUs."""
     advantage: AdvantageMethod = "grpo"
     """Group advantage: grpo, grpo_no_std, dr_grpo or rloo."""
+    baseline: Baseline = "episode"
+    """What a turn's tokens are compared with. ``episode``: the episode's reward against its group's
+    (``advantage``'s method), on every turn alike. ``turn``: each turn's reward-to-go against the other
+    episodes of the group still playing at that turn (leave one out; ``grpo`` also divides by the
+    group's reward spread). Where failed episodes run to the turn limit, ``episode`` pushes down every
+    late turn of theirs, and the tokens those share with the won ones, in every batch the same way;
+    ``turn`` sums to zero at each turn of a group instead
+    (:func:`~agentgym.trainers.algorithms.playing_baseline_advantages`)."""
     filter_zero_variance: bool = True
     """Skip groups whose rewards are all equal (zero advantage: they only cost compute)."""
     filter_uniform_success: bool = False
@@ -285,7 +300,8 @@ class TrainConfig:
     def _check_choices(self) -> None:
         choices: dict[str, tuple[Any, ...]] = {
             "engine": _ENGINES, "dtype": _DTYPES,
-            "advantage": get_args(AdvantageMethod), "aggregation": get_args(LossAggregation),
+            "advantage": get_args(AdvantageMethod), "baseline": get_args(Baseline),
+            "aggregation": get_args(LossAggregation),
             "correction": get_args(Correction), "correction_level": get_args(CorrectionLevel),
             "lr_schedule": get_args(LRSchedule), "optimizer": get_args(OptimizerName),
         }

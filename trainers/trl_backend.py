@@ -262,7 +262,8 @@ class AgentGymGRPOTrainer(GRPOTrainer):
         config = self.agentgym_config
         return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
                                 filter_uniform_success=config.filter_uniform_success,
-                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount)
+                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount,
+                                baseline=config.baseline)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)

@@ -17,6 +17,7 @@ from agentgym.trainers.algorithms import (
     importance_weights,
     kl_k3,
     masked_mean,
+    playing_baseline_advantages,
     policy_loss,
     zero_variance_groups,
 )
@@ -73,6 +74,33 @@ def test_anchor_advantages_compare_only_turns_from_the_same_state() -> None:
     assert scaled == pytest.approx([1.0, -1.0, 0.0, 0.0, 0.0, 0.0], rel=1e-3)
     with pytest.raises(ConfigError, match="one anchor per turn"):
         anchor_advantages([1.0], ["a", "b"])
+
+
+def test_each_turn_is_compared_with_the_other_episodes_still_playing() -> None:
+    # Returns-to-go of a won 2-turn episode and two failed 4-turn ones.
+    won, lost_a, lost_b = [9.9, 10.0], [-0.4, -0.3, -0.2, -0.1], [-0.4, -0.3, -0.2, -0.1]
+    values = playing_baseline_advantages([won, lost_a, lost_b])
+    assert values[0] == pytest.approx([9.9 - (-0.4), 10.0 - (-0.3)])  # the others' mean, itself left out
+    assert values[1][:2] == pytest.approx([-0.4 - (9.9 - 0.4) / 2, -0.3 - (10.0 - 0.3) / 2])
+    # From turn 2 only the failures play, and alike: nothing left to tell apart.
+    assert values[1][2:] == values[2][2:] == pytest.approx([0.0, 0.0])
+    # Each turn's advantages over the episodes playing it sum to zero: nothing pushes every turn one way.
+    for turn in range(4):
+        assert sum(v[turn] for v in values if len(v) > turn) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_turn_no_other_episode_reached_keeps_the_last_baseline() -> None:
+    values = playing_baseline_advantages([[1.0, 2.0, 3.0], [5.0]])
+    assert values[0] == pytest.approx([1.0 - 5.0, 2.0 - 5.0, 3.0 - 5.0])
+    assert playing_baseline_advantages([[1.0, 2.0]]) == [[0.0, 0.0]]  # alone: no baseline to take
+    assert playing_baseline_advantages([[], [1.0]]) == [[], [0.0]]
+
+
+def test_with_one_turn_each_the_playing_baseline_is_rloo() -> None:
+    rewards = [1.0, 0.0, 0.5, 0.25]
+    values = playing_baseline_advantages([[r] for r in rewards])
+    expected = group_advantages(torch.tensor(rewards), 4, "rloo").tolist()
+    assert [v[0] for v in values] == pytest.approx(expected)
 
 
 def test_per_token_advantages_weight_each_token_alone() -> None:

@@ -14,6 +14,7 @@ from agentgym.trainers.batch import (
     has_rollout_logprobs,
     packed_attention_mask,
     plan_micro_batches,
+    playing_turn_advantages,
     row_advantages,
     to_sequences,
     token_advantages,
@@ -185,6 +186,45 @@ def test_groups_with_nothing_to_teach_are_skipped_at_both_levels(stall_rollout) 
     assert kept[0] is not None and kept[1] is not None
     first_turn = [_sampled(row, tokens)[0][0] for row, tokens in zip(sooner, kept)]
     assert first_turn == pytest.approx([0.25, -0.25])  # returns 1 and 0.5 against their mean
+
+
+def test_the_turn_baseline_compares_each_turn_with_the_episodes_still_playing(stall_rows) -> None:
+    solver, late, stuck = stall_rows  # won soonest, won later, failed at the turn limit
+    playing = playing_turn_advantages(stall_rows, "dr_grpo")
+    returns = [discounted_returns(row.turn_rewards, 1.0) for row in stall_rows]
+    assert playing[solver.episode_id][0] == pytest.approx(returns[0][0] - (returns[1][0] + returns[2][0]) / 2)
+    # After the late episode won, the failed one plays on alone: its baseline stays the last one it had.
+    last_shared = late.num_turns - 1
+    tail = playing[stuck.episode_id][late.num_turns:]
+    alone = range(late.num_turns, stuck.num_turns)
+    assert tail == pytest.approx([returns[2][t] - returns[1][last_shared] for t in alone])
+    for turn in range(solver.num_turns):  # all three play these turns
+        assert sum(playing[row.episode_id][turn] for row in stall_rows) == pytest.approx(0.0, abs=1e-9)
+    tokens = token_advantages(stall_rows, "dr_grpo", baseline="turn")
+    for row, values in zip(stall_rows, tokens):
+        assert values is not None
+        for turn, sampled in enumerate(_sampled(row, values)):
+            assert sampled == pytest.approx([playing[row.episode_id][turn]] * len(sampled))
+        assert all(value == 0.0 for value, mask in zip(values, row.completion_mask) if not mask)
+
+
+def test_the_turn_baseline_with_grpo_is_scaled_by_the_groups_reward_spread(stall_rows) -> None:
+    plain = playing_turn_advantages(stall_rows, "dr_grpo")
+    scaled = playing_turn_advantages(stall_rows, "grpo")
+    spread = float(torch.tensor([row.reward for row in stall_rows], dtype=torch.float64).std())
+    for row in stall_rows:
+        assert scaled[row.episode_id] == pytest.approx([v / (spread + 1e-4) for v in plain[row.episode_id]])
+
+
+def test_the_turn_baseline_keeps_the_filters_and_the_unmatched_episodes(stall_rows, stall_rollout) -> None:
+    same = stall_rollout([0, 0], seed=12)
+    assert token_advantages(same, filter_zero_variance=True, baseline="turn") == [None, None]
+    broken = stall_rows[1].model_copy(update={"turn_rewards": stall_rows[1].turn_rewards[:-1]})
+    rows = [stall_rows[0], broken, stall_rows[2]]
+    assert broken.episode_id not in playing_turn_advantages(rows)
+    tokens = token_advantages(rows, "grpo", baseline="turn")[1]
+    episode = row_advantages(rows, "grpo")[1]
+    assert {value for value, sampled in zip(tokens, broken.completion_mask) if sampled} == {episode}
 
 
 def test_packing_fills_bins_without_overflow() -> None:

@@ -28,6 +28,7 @@ def test_needs_an_env_or_a_rollout_file() -> None:
     ({"episodes_per_step": 30, "group_size": 8}, r"episodes_per_step \(30\) must be a multiple of group_size \(8\)"),
     ({"backend": "jax"}, r"backend must be one of fsdp, trl; got 'jax'"),
     ({"advantage": "ppo"}, r"advantage must be one of grpo, grpo_no_std, dr_grpo, rloo"),
+    ({"baseline": "step"}, r"baseline must be one of episode, turn; got 'step'"),
     ({"lr": -1.0}, r"lr must be at least 0"),
     ({"top_p": 1.5}, r"top_p must be at most 1"),
     ({"steps": 0}, r"steps must be at least 1"),

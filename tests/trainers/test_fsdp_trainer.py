@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from agentgym.trainers.batch import playing_turn_advantages, row_advantages, token_advantages, turn_spans
 from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.fsdp import FSDPTrainer
 from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
@@ -86,6 +87,19 @@ def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) 
         metrics = gigpo.train_step(rows)
     assert metrics["train_sequences"] == 2 and metrics["turn_credit_share"] > 0
     assert preference(gigpo) > start + 1.0
+
+
+def test_the_trainer_takes_its_baseline_from_the_config(stall_rows) -> None:
+    """The solver's and a late winner's episodes against one that stalled to the turn limit: its
+    last turn, which no winner reached, carries the failed episode's advantage with
+    ``baseline=episode``, and with ``baseline=turn`` its return against the last winner's."""
+    episode = _trainer(advantage="dr_grpo").compute_advantages(stall_rows)
+    turn = _trainer(advantage="dr_grpo", baseline="turn").compute_advantages(stall_rows)
+    assert turn == token_advantages(stall_rows, "dr_grpo", baseline="turn") and turn != episode
+    stuck = stall_rows[2]
+    late_turn = turn_spans(stuck.completion_mask)[-1][0]
+    assert episode[2][late_turn] == row_advantages(stall_rows, "dr_grpo")[2] < 0
+    assert turn[2][late_turn] == pytest.approx(playing_turn_advantages(stall_rows, "dr_grpo")[stuck.episode_id][-1])
 
 
 def test_top_entropy_quantile_trains_on_the_uncertain_tokens_only(make_row) -> None:

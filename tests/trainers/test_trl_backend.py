@@ -112,15 +112,19 @@ def test_fixed_rows_get_shared_advantages_and_env_tokens_carry_no_loss(tiny_mode
 
 
 @pytest.mark.slow
-def test_turn_level_advantages_reach_trl_token_by_token(tiny_model: str, tmp_path: Path, stall_rows) -> None:
+@pytest.mark.parametrize(("turn_weight", "baseline"), [(1.0, "episode"), (0.0, "turn")])
+def test_turn_level_advantages_reach_trl_token_by_token(tiny_model: str, tmp_path: Path, stall_rows,
+                                                        turn_weight: float, baseline: str) -> None:
     model, tokenizer = load_model_and_tokenizer(tiny_model)
     config = TrainConfig(env_id="Sokoban-LLM-v0", backend="trl", steps=1, episodes_per_step=3, group_size=3,
-                         micro_batch_size=3, advantage="dr_grpo", turn_advantage_weight=1.0, out=str(tmp_path))
+                         micro_batch_size=3, advantage="dr_grpo", turn_advantage_weight=turn_weight,
+                         baseline=baseline, out=str(tmp_path))
     trainer = AgentGymGRPOTrainer(config, model, tokenizer, FixedRollout(stall_rows, tokenizer.eos_token_id),
                                   args=grpo_args(config, tmp_path / "trl"))
     model.train()
     output = trainer._generate_and_score_completions([{"prompt": "x"} for _ in stall_rows])
-    expected = token_advantages(stall_rows, "dr_grpo", turn_weight=1.0)
+    expected = token_advantages(stall_rows, "dr_grpo", turn_weight=turn_weight, baseline=baseline)
+    assert expected != token_advantages(stall_rows, "dr_grpo")  # not the plain episode advantage
     assert output["advantages"].shape == output["completion_ids"].shape
     for i, row in enumerate(stall_rows):
         width = len(row.completion_ids)

@@ -165,7 +165,7 @@ class FSDPTrainer:
         return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
                                 filter_uniform_success=config.filter_uniform_success,
                                 turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount,
-                                per_turn=per_turn)
+                                per_turn=per_turn, baseline=config.baseline)
 
     def compute_logprobs(self, model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
