@@ -65,6 +65,7 @@ GRPO_EPOCHS=${GRPO_EPOCHS:-1}
 GRPO_LR=${GRPO_LR:-5e-5}         # 1e-4 cost the noisy-demonstration model 20 points (docs/results.md)
 GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the env's 30)
 GRPO_KL=${GRPO_KL:-1}            # KL to the start model: without it GRPO cost the DAgger model 6 points, with it none
+GRPO_BASELINE=${GRPO_BASELINE:-episode}  # turn: each turn against the episodes still playing it (README)
 GRPO_SECONDS=${GRPO_SECONDS:-0}  # wall-clock budget of GRPO (0: none): it ends after the step that runs out
 # 1: a control beside GRPO, the same command at lr 0 (same levels, same sampling seeds, step by
 # step), then scripts/compare_runs.py pairs their steps: the levels alone swing success by 40
@@ -88,7 +89,8 @@ EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000 --concurrency "$CONCURREN
 GRPO=(--trainer grpo --backend fsdp --steps "$GRPO_STEPS" --group-size 8 --episodes-per-step "$GRPO_EPISODES"
       --lr "$GRPO_LR" --max-turns "$GRPO_TURNS" --max-tokens 16 --seed 1 -s mini_batches=4 -s epochs="$GRPO_EPOCHS"
       -s format_warmup_episodes=0 -s lr_schedule=constant -s checkpoint_every=1000 -s advantage=dr_grpo
-      -s kl_coef="$GRPO_KL" -k format_penalty=1 -s concurrency="$GRPO_CONCURRENCY" -s max_seconds="$GRPO_SECONDS")
+      -s kl_coef="$GRPO_KL" -s baseline="$GRPO_BASELINE" -k format_penalty=1 -s concurrency="$GRPO_CONCURRENCY"
+      -s max_seconds="$GRPO_SECONDS")
 mkdir -p "$OUT"
 
 # 1. Demonstrations: the solver's episodes, in the tokens the model would have produced.

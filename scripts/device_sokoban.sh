@@ -11,7 +11,9 @@
 # built-in server and the trainers pick the GPU by themselves: device auto), SFT_STEPS steps with
 # SFT_SECONDS as a safety net, then GRPO for GRPO_SECONDS: the whole recipe fits one call, whose
 # 15 minutes of device time a machine's start eats into. GRPO runs beside its lr-0 control
-# (GRPO_CONTROL=0: alone), so its training curve pairs with one that cannot learn. float32
+# (GRPO_CONTROL=0: alone), so its training curve pairs with one that cannot learn; its turns are
+# compared with the episodes still playing them (GRPO_BASELINE=turn; the CPU's least harmful
+# setting, docs/results.md, 2026-11-27, fifth; GRPO_BASELINE=episode: the recipe's). float32
 # matmuls run as TF32 (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE): SFT took 2.7 times less per step
 # than in float32. Every stage writes into $OUT as it ends and DEADLINE seconds stop whatever
 # is left, so a run cut short still brings back what it finished.
@@ -51,7 +53,7 @@ pipeline() {  # NAME MODEL SFT_LR: the recipe, SFT then GRPO, no DAgger round, E
   env "${demos[@]}" OUT="runs/gpu/$name" MODEL="$model" SFT_LR="$lr" DAGGER_EPISODES=0 BOUNDS=0 \
     EVAL_EPISODES=${EVAL_EPISODES:-400} CONCURRENCY=200 SFT_STEPS=${SFT_STEPS:-800} SFT_SECONDS=${SFT_SECONDS:-240} \
     GRPO_EPISODES=128 GRPO_CONCURRENCY=128 GRPO_STEPS=40 GRPO_SECONDS=${GRPO_SECONDS:-110} \
-    GRPO_CONTROL=${GRPO_CONTROL:-1} $RECIPE_ENV \
+    GRPO_CONTROL=${GRPO_CONTROL:-1} GRPO_BASELINE=${GRPO_BASELINE:-turn} $RECIPE_ENV \
     timeout -s TERM "$left" bash -c 'PS4="+ [\$SECONDS s] "; set -x; . examples/sokoban_from_scratch.sh' \
     > "$OUT/$name.log" 2>&1  # (bash run as root takes no PS4 from the environment)
   echo "[$((SECONDS - began)) s] $name ended with status $?"
