@@ -164,18 +164,18 @@ def playing_baseline_advantages(returns: Sequence[Sequence[float]]) -> list[list
     unbiased. A turn that no other episode reached keeps the baseline of the
     last turn that one did; a lone episode gets 0 throughout.
     """
+    length = max(map(len, returns), default=0)
+    totals = [sum(r[turn] for r in returns if len(r) > turn) for turn in range(length)]
+    counts = [sum(len(r) > turn for r in returns) for turn in range(length)]
     advantages: list[list[float]] = []
-    for i, own in enumerate(returns):
-        others = [r for j, r in enumerate(returns) if j != i and r]
-        if not others:
+    for own in returns:
+        if not own or counts[0] < 2:  # no other episode played: nothing to compare with
             advantages.append([0.0] * len(own))
             continue
-        baseline = 0.0
-        values = []
+        baseline, values = 0.0, []
         for turn, value in enumerate(own):
-            playing = [r[turn] for r in others if len(r) > turn]
-            if playing:  # always at turn 0; later, none left: keep the last turn's baseline
-                baseline = sum(playing) / len(playing)
+            if counts[turn] > 1:  # always at turn 0; later, none left: keep the last turn's baseline
+                baseline = (totals[turn] - value) / (counts[turn] - 1)
             values.append(float(value) - baseline)
         advantages.append(values)
     return advantages

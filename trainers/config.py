@@ -347,6 +347,13 @@ class TrainConfig:
                           negative_advantage_weight=self.negative_advantage_weight,
                           top_entropy_quantile=self.top_entropy_quantile)
 
+    def advantage_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~agentgym.trainers.batch.token_advantages` these fields
+        set (both backends compute their advantages with them)."""
+        return {"method": self.advantage, "filter_zero_variance": self.filter_zero_variance,
+                "filter_uniform_success": self.filter_uniform_success, "turn_weight": self.turn_advantage_weight,
+                "turn_discount": self.turn_discount, "baseline": self.baseline}
+
     def lora_config(self) -> Any:
         """peft's ``LoraConfig`` of the ``lora_*`` fields (both backends train the adapter it describes)."""
         try:

@@ -259,11 +259,7 @@ class AgentGymGRPOTrainer(GRPOTrainer):
 
     def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> list[list[float] | None]:
         """One advantage per completion token of each episode (None: the group is filtered out)."""
-        config = self.agentgym_config
-        return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
-                                filter_uniform_success=config.filter_uniform_success,
-                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount,
-                                baseline=config.baseline)
+        return token_advantages(rows, **self.agentgym_config.advantage_options())
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         output = super()._generate_and_score_completions(inputs)

@@ -161,11 +161,7 @@ class FSDPTrainer:
 
         ``per_turn``: the rows' turn-level advantages, when :meth:`train_step` has them already.
         """
-        config = self.config
-        return token_advantages(rows, config.advantage, filter_zero_variance=config.filter_zero_variance,
-                                filter_uniform_success=config.filter_uniform_success,
-                                turn_weight=config.turn_advantage_weight, turn_discount=config.turn_discount,
-                                per_turn=per_turn, baseline=config.baseline)
+        return token_advantages(rows, **self.config.advantage_options(), per_turn=per_turn)
 
     def compute_logprobs(self, model: torch.nn.Module, batch: MicroBatch, *, with_entropy: bool = False
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
