@@ -7,11 +7,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fakes import EchoEnv
 from hypothesis import HealthCheck, settings
 
 import agentgym
-from fakes import EchoEnv
-
 
 # Models the tests build (the tiny model) go to one cache per machine, never ~/.cache.
 os.environ.setdefault("AGENTGYM_CACHE", str(Path(tempfile.gettempdir()) / "agentgym-test-cache"))
@@ -39,3 +38,18 @@ def tiny_model() -> str:
     from agentgym.models import resolve_model
 
     return resolve_model("tiny")
+
+
+@pytest.fixture
+def tcmalloc() -> str:
+    """tcmalloc's file name as the dynamic linker finds it; skips without it, fails instead under
+    AGENTGYM_REQUIRE_TCMALLOC=1 (CI installs it: a missing one must not pass as a skip)."""
+    from agentgym.allocator import find_tcmalloc
+
+    found = find_tcmalloc()
+    if found is None:
+        if os.environ.get("AGENTGYM_REQUIRE_TCMALLOC") == "1":
+            pytest.fail("AGENTGYM_REQUIRE_TCMALLOC=1 but the dynamic linker finds no tcmalloc "
+                        "(apt-get install libtcmalloc-minimal4)")
+        pytest.skip("no tcmalloc on this machine (apt-get install libtcmalloc-minimal4)")
+    return found

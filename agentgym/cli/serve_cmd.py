@@ -58,9 +58,11 @@ def serve_command(
         code = serve_vllm(model=model, host=host, port=port, served_model_name=name,
                           max_model_len=max_model_len, api_key=api_key)
         raise typer.Exit(code)
+    from agentgym.allocator import preloaded_allocator
     from agentgym.serve.launch import serve_builtin
 
-    console.print(f"Serving {model} as {name!r} at http://{host}:{port}/v1 (built-in engine).")
+    console.print(f"Serving {model} as {name!r} at http://{host}:{port}/v1 (built-in engine; "
+                  f"memory allocator: {preloaded_allocator()}).")
     try:
         serve_builtin(model, host=host, port=port, api_key=api_key, served_model_name=name,
                       max_model_len=max_model_len, torch_threads=threads,

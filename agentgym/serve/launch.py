@@ -10,7 +10,8 @@ port, waits for ``/health``, and stops the process on exit::
 
 A child process rather than a thread: the model then has its own
 interpreter lock and torch thread settings, so the caller's event loop and
-the server's do not slow each other down, and stopping it is clean.
+the server's do not slow each other down, and stopping it is clean. The child
+runs on tcmalloc where the machine has it (``agentgym.allocator``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import urllib.error
 import urllib.request
 from typing import IO, Self
 
+from agentgym.allocator import allocator_env
 from agentgym.errors import ServerStartError
 
 __all__ = [
@@ -175,7 +177,7 @@ class BuiltinServer:
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self.process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL,
-                                        env={**os.environ, PARENT_PID_ENV: str(os.getpid())})
+                                        env=allocator_env({**os.environ, PARENT_PID_ENV: str(os.getpid())}))
         try:
             wait_for_health(f"{self.url}/health", self.startup_timeout, self.process)
         except ServerStartError as exc:

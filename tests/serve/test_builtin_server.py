@@ -320,3 +320,21 @@ def test_the_builtin_server_passes_device_and_dtype_only_when_given() -> None:
     chosen = BuiltinServer("tiny", port=1, device="cpu", dtype="bfloat16").command()
     assert chosen[chosen.index("--device") + 1] == "cpu"
     assert chosen[chosen.index("--dtype") + 1] == "bfloat16"
+
+
+def test_the_builtin_server_runs_on_tcmalloc_unless_told_otherwise(tiny_model: str, tcmalloc: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentgym.allocator import ALLOCATOR_ENV, preloaded_allocator
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv(ALLOCATOR_ENV, raising=False)
+    with BuiltinServer(tiny_model) as server:
+        assert server.process is not None
+        assert preloaded_allocator(server.process.pid).startswith(tcmalloc)
+        answer = httpx2.post(f"{server.base_url}/completions",
+                            json={"model": tiny_model, "prompt": [1, 2, 3], "max_tokens": 4}, timeout=60)
+        assert answer.status_code == 200
+    monkeypatch.setenv(ALLOCATOR_ENV, "system")
+    with BuiltinServer(tiny_model) as server:
+        assert server.process is not None
+        assert preloaded_allocator(server.process.pid) == "system"
