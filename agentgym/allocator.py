@@ -3,10 +3,11 @@
 On the CPU, glibc's ``malloc`` hands every large block (the engine's KV buffers are
 tens of MiB, and a row joining or leaving the batch makes new ones) fresh ``mmap``
 pages and gives them back to the kernel on ``free``, so the kernel zero-fills the
-same memory again at every change of the batch. Measured on 2 CPU cores (64 Sokoban
-episodes of 12 turns, tiny-128x4): 40% of the server's CPU time was the kernel's,
-and preloading tcmalloc, which keeps freed memory for reuse, took the rollout from
-45 s to 26 s (``benchmarks/bench_prefix_cache.py --allocators``). PyTorch's own CPU
+same memory again at every change of the batch. Measured on one CPU core (64 Sokoban
+episodes of 12 turns, tiny-128x4, 64 at once, ``benchmarks/bench_prefix_cache.py
+--allocators system auto --concurrency 64``): 11.0 of the server's 28.6 CPU seconds
+were the kernel's; with tcmalloc, which keeps freed memory for reuse, 1.1 of 19.2, and
+the rollout took 26.5 s instead of 36.2 (32 at once: 27.7 s instead of 32.5). PyTorch's own CPU
 launcher (``torch.backends.xeon.run_cpu``) preloads it for the same reason. Training
 gains less (15 SFT steps of tiny-128x4 on one core: 191 s against 229 s). jemalloc,
 with its default settings, was no faster than glibc there, so it is not picked.

@@ -65,7 +65,8 @@ def measure(model: str, cache_mib: int, turns: int, allocator: str, args: argpar
         command = [AGENTGYM, "rollout", "--env", "Sokoban-LLM-v0", "-k", "brief=true",
                    "-k", "show_positions=true", "--base-url", server.base_url, "--model", model,
                    "--episodes", str(args.episodes), "--max-turns", str(turns),
-                   "--max-tokens", str(args.max_tokens), "--temperature", "1", "--seed", "0"]
+                   "--max-tokens", str(args.max_tokens), "--temperature", "1", "--seed", "0",
+                   "--concurrency", str(args.concurrency)]
         started = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - started
@@ -83,6 +84,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--turns", type=int, nargs="+", default=[12, 30])
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=32, help="episodes played at once (a GRPO step: 64)")
     parser.add_argument("--allocators", nargs="+", default=["auto"], choices=["auto", "system"],
                         help="AGENTGYM_ALLOCATOR of each row's processes")
     parser.add_argument("--caches", nargs="+", type=int, default=[0, 1024],
@@ -90,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     model = resolve_model(args.model)
     table = Table(title=f"bench_prefix_cache: {platform.machine()}, {os.cpu_count()} cores, "
-                        f"{args.model}, {args.episodes} episodes")
+                        f"{args.model}, {args.episodes} episodes, {args.concurrency} at once")
     for name in ("turns", "prefix cache", "server's malloc", "requests", "wall s", "server CPU s (user + system)",
                  "turns/s", "prompt tokens", "from the cache"):
         table.add_column(name, justify="right")
