@@ -37,7 +37,7 @@ from agentgym.errors import ConfigError
 __all__ = ["ALLOCATOR_ENV", "LONG_COMMANDS", "allocator_env", "find_tcmalloc", "preloaded_allocator",
            "restart_with_allocator"]
 
-#: The environment variable that chooses the server process's allocator.
+#: The environment variable that chooses the allocator of the server and of the long commands.
 ALLOCATOR_ENV = "AGENTGYM_ALLOCATOR"
 _LIBRARIES = ("tcmalloc_minimal", "tcmalloc")  # the minimal one first: no heap profiler in it
 _MALLOC_NAMES = ("tcmalloc", "jemalloc", "mimalloc")
