@@ -58,7 +58,8 @@ def find_tcmalloc() -> str | None:
 
 
 def allocator_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` for a server process, with the allocator that ``AGENTGYM_ALLOCATOR`` asks for preloaded."""
+    """``environ`` for a new process (a server, a restarted command), with the allocator that
+    ``AGENTGYM_ALLOCATOR`` asks for preloaded."""
     env = dict(environ)
     choice = env.get(ALLOCATOR_ENV, "auto").strip() or "auto"
     preload = env.get("LD_PRELOAD", "")

@@ -7,10 +7,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fakes import EchoEnv
 from hypothesis import HealthCheck, settings
 
 import agentgym
+from fakes import EchoEnv
+
 
 # Models the tests build (the tiny model) go to one cache per machine, never ~/.cache.
 os.environ.setdefault("AGENTGYM_CACHE", str(Path(tempfile.gettempdir()) / "agentgym-test-cache"))

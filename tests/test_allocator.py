@@ -122,8 +122,10 @@ def test_no_restart_once_preloaded(with_tcmalloc: None, monkeypatch: pytest.Monk
 
 
 def test_this_process_reports_its_allocator() -> None:
-    expected = "system" if "malloc" not in os.environ.get("LD_PRELOAD", "") else ""
-    assert preloaded_allocator().startswith(expected)
+    if "malloc" in os.environ.get("LD_PRELOAD", ""):
+        assert preloaded_allocator() != "system"
+    else:
+        assert preloaded_allocator() == "system"
     assert preloaded_allocator(pid=2**22 + 12345) == "system"  # no such process: nothing mapped
 
 
