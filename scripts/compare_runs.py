@@ -11,7 +11,9 @@ the next one's (success swings by 40 points between steps), which no single run 
 from learning; the pairing removes it. Prints both runs' mean of the metric over the steps
 they share (from ``--from-step``; step 0 is the start model in both, so it should match),
 how many of those steps the run was above and below its control, and the exact two-sided
-sign test on that count.
+sign test on that count. For ``success``, where the runs log each step's ``episodes``, it
+also counts the episodes each run won; ``--blocks K`` splits the shared steps into K runs
+of consecutive steps and prints each one's counts, to show whether a gap opens over time.
 """
 
 from __future__ import annotations
@@ -42,12 +44,47 @@ def shared_steps(control: dict[int, dict[str, float]], run: dict[int, dict[str, 
     return sorted(s for s in set(control) & set(run) if s >= from_step and logged(control[s]) and logged(run[s]))
 
 
+def episodes_won(records: dict[int, dict[str, float]], steps: list[int]) -> tuple[int, int] | None:
+    """(episodes won, episodes played) over ``steps``; None when a step did not log ``episodes``."""
+    if not all(isinstance(records[s].get("episodes"), (int, float)) for s in steps):
+        return None
+    played = sum(records[s]["episodes"] for s in steps)
+    won = sum(records[s]["episodes"] * records[s]["success"] for s in steps)
+    return round(won), round(played)
+
+
+def blocks(steps: list[int], count: int) -> list[list[int]]:
+    """``steps`` cut into ``count`` runs of consecutive steps, as even as they go (fewer when short)."""
+    count = max(1, min(count, len(steps)))
+    size, extra = divmod(len(steps), count)
+    cuts, start = [], 0
+    for index in range(count):
+        end = start + size + (index < extra)
+        cuts.append(steps[start:end])
+        start = end
+    return cuts
+
+
+def describe(control: dict[int, dict[str, float]], run: dict[int, dict[str, float]], steps: list[int],
+             metric: str) -> str:
+    """One line for ``steps``: episodes won by each run (success), or the metric's mean in each."""
+    counts = (episodes_won(run, steps), episodes_won(control, steps)) if metric == "success" else (None, None)
+    if counts[0] is not None and counts[1] is not None:
+        (won, played), (control_won, _) = counts
+        return (f"episodes won: run {won} of {played} ({won / max(played, 1):.1%}), "
+                f"control {control_won} ({control_won / max(played, 1):.1%})")
+    mean_control = sum(control[s][metric] for s in steps) / len(steps)
+    mean_run = sum(run[s][metric] for s in steps) / len(steps)
+    return f"{metric} {mean_run:.4g} against the control's {mean_control:.4g}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("control", help="the control's run folder (the same command with --lr 0)")
     parser.add_argument("run", help="the run's folder")
     parser.add_argument("--metric", default="success", help="the metric to pair (default: success)")
     parser.add_argument("--from-step", type=int, default=1, help="the first step to count (default: 1)")
+    parser.add_argument("--blocks", type=int, default=0, help="also print the counts of K runs of consecutive steps")
     args = parser.parse_args()
     control, run = step_metrics(args.control), step_metrics(args.run)
     if 0 in control and 0 in run:
@@ -63,6 +100,10 @@ def main() -> int:
     print(f"steps {steps[0]} to {steps[-1]} ({len(steps)} shared): {args.metric} {mean_run:.4g} against the "
           f"control's {mean_control:.4g}")
     print(f"steps above the control: {above}, below: {below}, exact sign test p = {mcnemar_exact(above, below):.2g}")
+    if args.metric == "success" and None not in (episodes_won(run, steps), episodes_won(control, steps)):
+        print(describe(control, run, steps, args.metric))
+    for block in blocks(steps, args.blocks) if args.blocks > 0 else []:
+        print(f"  steps {block[0]} to {block[-1]}: {describe(control, run, block, args.metric)}")
     return 0
 
 

@@ -248,10 +248,39 @@ def test_compare_runs_pairs_a_run_with_its_control_step_by_step(tmp_path: Path) 
     assert "steps 3 to 5 (3 shared): reward 4 against the control's 4" in later.stdout
     assert "above the control: 0, below: 0, exact sign test p = 1" in later.stdout
 
+    assert "episodes won" not in done.stdout  # these runs logged no episode counts
+
     none = compare(str(control), str(run), "--from-step", "7")
     assert none.returncode == 2 and "share no step from 7 on" in none.stderr
     missing = compare(str(control), str(tmp_path / "nowhere"))
     assert missing.returncode != 0 and "give the --out folder of an `agentgym train` run" in missing.stderr
+
+
+def test_compare_runs_counts_the_episodes_each_run_won_in_blocks_of_steps(tmp_path: Path) -> None:
+    """With ``episodes`` logged: the wins over the shared steps, and per block of consecutive steps."""
+    def write_run(name: str, successes: list[float], episodes: list[int]) -> Path:
+        (tmp_path / name).mkdir()
+        records = [{"step": step, "success": value, "episodes": count}
+                   for step, (value, count) in enumerate(zip(successes, episodes, strict=True))]
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return tmp_path / name
+
+    played = [8, 8, 8, 8, 16, 16]
+    control = write_run("control", [0.25, 0.25, 0.5, 0.0, 0.25, 0.125], played)  # wins 2 2 4 0 4 2
+    run = write_run("run", [0.25, 0.375, 0.5, 0.125, 0.375, 0.0625], played)  # wins 2 3 4 1 6 1
+    done = subprocess.run([sys.executable, str(COMPARE_RUNS), str(control), str(run), "--blocks", "2"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "episodes won: run 15 of 56 (26.8%), control 12 (21.4%)" in lines  # steps 1 to 5
+    assert "  steps 1 to 3: episodes won: run 8 of 24 (33.3%), control 6 (25.0%)" in lines
+    assert "  steps 4 to 5: episodes won: run 7 of 32 (21.9%), control 6 (18.8%)" in lines
+
+    reward = subprocess.run([sys.executable, str(COMPARE_RUNS), str(control), str(run), "--blocks", "9",
+                             "--metric", "episodes"], capture_output=True, text=True, check=False)
+    assert reward.returncode == 0, reward.stderr
+    assert "episodes won" not in reward.stdout  # counts are for success only; other metrics give means
+    assert reward.stdout.count("  steps ") == 5  # more blocks than steps: one step each
 
 
 def test_mcnemar_exact_matches_the_binomial_test() -> None:
