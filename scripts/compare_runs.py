@@ -14,6 +14,10 @@ how many of those steps the run was above and below its control, and the exact t
 sign test on that count. For ``success``, where the runs log each step's ``episodes``, it
 also counts the episodes each run won; ``--blocks K`` splits the shared steps into K runs
 of consecutive steps and prints each one's counts, to show whether a gap opens over time.
+Where both runs wrote ``episodes.jsonl`` (``agentgym train`` does), the same episode of
+the two runs (the same id: level, place in its group, sampling seed) pairs, and the
+episodes only one of them won get an exact McNemar test: until the weights part, the two
+play alike, so the episodes they differ on say more than the steps.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 
 from compare_evals import mcnemar_exact  # the same exact binomial test, on steps instead of levels
 
-from agentgym.trainers.metrics import read_jsonl
+from agentgym.trainers.metrics import EPISODES_FILE, read_jsonl
 
 
 def step_metrics(run: str) -> dict[int, dict[str, float]]:
@@ -42,6 +46,25 @@ def shared_steps(control: dict[int, dict[str, float]], run: dict[int, dict[str, 
         return isinstance(record.get(metric), (int, float))
 
     return sorted(s for s in set(control) & set(run) if s >= from_step and logged(control[s]) and logged(run[s]))
+
+
+def episode_outcomes(run: str, steps: list[int]) -> dict[tuple[int, str], bool]:
+    """Each episode's success over ``steps``, by (step, episode id); empty without episodes.jsonl."""
+    wanted = set(steps)
+    return {(int(r["step"]), str(r["episode_id"])): bool(r["success"])
+            for r in read_jsonl(Path(run) / EPISODES_FILE) if int(r["step"]) in wanted}
+
+
+def paired_episodes(control: str, run: str, steps: list[int]) -> str | None:
+    """The McNemar line on the episodes both runs played over ``steps``; None when either has no log."""
+    control_won, run_won = episode_outcomes(control, steps), episode_outcomes(run, steps)
+    shared = control_won.keys() & run_won.keys()
+    if not shared:
+        return None
+    only_run = sum(run_won[key] and not control_won[key] for key in shared)
+    only_control = sum(control_won[key] and not run_won[key] for key in shared)
+    return (f"episodes paired by id: {len(shared)}; won only by the run: {only_run}, only by the control: "
+            f"{only_control}, exact McNemar p = {mcnemar_exact(only_run, only_control):.2g}")
 
 
 def episodes_won(records: dict[int, dict[str, float]], steps: list[int]) -> tuple[int, int] | None:
@@ -102,6 +125,8 @@ def main() -> int:
     print(f"steps above the control: {above}, below: {below}, exact sign test p = {mcnemar_exact(above, below):.2g}")
     if args.metric == "success" and None not in (episodes_won(run, steps), episodes_won(control, steps)):
         print(describe(control, run, steps, args.metric))
+    if args.metric == "success" and (paired := paired_episodes(args.control, args.run, steps)):
+        print(paired)
     for block in blocks(steps, args.blocks) if args.blocks > 0 else []:
         print(f"  steps {block[0]} to {block[-1]}: {describe(control, run, block, args.metric)}")
     return 0

@@ -248,6 +248,9 @@ class TrainConfig:
     """W&B project."""
     sample_episodes: int = 2
     """Episodes per step kept in samples.jsonl (for the report)."""
+    log_episodes: bool = True
+    """Write episodes.jsonl: a line per episode played (step, id, seed, reward, success, turns), so a run
+    pairs with its ``--lr 0`` control episode by episode (``scripts/compare_runs.py``)."""
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # type: ignore[assignment]  # YAML gives a list

@@ -172,6 +172,7 @@ def _one_step(config: TrainConfig, trainer: FSDPTrainer, serving: _Serving, offl
         rollout = broadcast_object(rollout, trainer.dist)
         rows, rollout_seconds = rollout.rows, rollout.seconds
         metrics.update(rollout.stats)
+        log.log_episodes(step, rows)  # every episode played, stale ones too
         if config.sync_weights:
             rows, stale = drop_stale(rows, trainer.version, config.max_staleness)
             metrics["stale_rows"] = float(stale)

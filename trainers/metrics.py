@@ -2,7 +2,9 @@
 
 ``metrics.jsonl`` gets one JSON object per step (``{"step": 3, "success":
 0.5, "reward": ..., ...}``) and is what ``agentgym report`` reads;
-``samples.jsonl`` keeps a few episodes per step as conversations. TensorBoard
+``samples.jsonl`` keeps a few episodes per step as conversations, and
+``episodes.jsonl`` one line per episode played (its id, seed, reward, success
+and turns: a run and its control pair episode by episode). TensorBoard
 and W&B are optional imports, used only when enabled, and a missing package
 is a :class:`~agentgym.errors.MissingDependencyError` naming what to install.
 On resume, lines of steps at or past the resumed step are dropped first (a
@@ -24,10 +26,11 @@ from agentgym.errors import MissingDependencyError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.config import TrainConfig
 
-__all__ = ["METRICS_FILE", "SAMPLES_FILE", "MetricsLogger", "read_jsonl", "step_line"]
+__all__ = ["EPISODES_FILE", "METRICS_FILE", "SAMPLES_FILE", "MetricsLogger", "read_jsonl", "step_line"]
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
+EPISODES_FILE = "episodes.jsonl"
 
 #: what the console line and the progress bar show, in order (when present)
 _SHOWN = (("reward", "reward {:.3f}"), ("success", "success {:.0%}"), ("loss", "loss {:.4f}"),
@@ -95,6 +98,7 @@ class MetricsLogger:
         out.mkdir(parents=True, exist_ok=True)
         _truncate(out / METRICS_FILE, start_step)
         _truncate(out / SAMPLES_FILE, start_step)
+        _truncate(out / EPISODES_FILE, start_step)
         if config.tensorboard:
             self._tensorboard = self._open_tensorboard()
         if config.wandb:
@@ -160,6 +164,19 @@ class MetricsLogger:
                 file.write(json.dumps({
                     "step": step, "episode_id": row.episode_id, "reward": row.reward, "success": row.success,
                     "stop_reason": row.stop_reason, "messages": [m.model_dump() for m in row.messages],
+                }) + "\n")
+
+    def log_episodes(self, step: int, rows: Sequence[TrajectoryRow]) -> None:
+        """One line per episode of the step. Episode ids name the level and the place in its group,
+        which with ``--seed`` fixes the sampling seed too, so a run and its ``--lr 0`` control play
+        the same episode under the same id: ``scripts/compare_runs.py`` pairs them by it."""
+        if not self.enabled or not self.config.log_episodes:
+            return
+        with (self.out / EPISODES_FILE).open("a", encoding="utf-8") as file:
+            for row in first_rows(rows):
+                file.write(json.dumps({
+                    "step": step, "episode_id": row.episode_id, "seed": row.seed, "reward": _finite(row.reward),
+                    "success": row.success, "turns": row.num_turns, "stop_reason": row.stop_reason,
                 }) + "\n")
 
     def close(self) -> None:

@@ -427,8 +427,11 @@ def _for_rl(optimizer: Any, config: TrainConfig) -> Any:
 def _live_rollout(config: TrainConfig, tokenizer: Any, base_url: str, model_name: str, log: Any) -> EnvRollout:
     from agentgym.rollout.chat import ChatRenderer
 
-    return EnvRollout(config, ChatRenderer(tokenizer), base_url=base_url, model_name=model_name,
-                      on_rows=log.log_samples)
+    def on_rows(step: int, rows: list[Any]) -> None:
+        log.log_episodes(step, rows)
+        log.log_samples(step, rows)
+
+    return EnvRollout(config, ChatRenderer(tokenizer), base_url=base_url, model_name=model_name, on_rows=on_rows)
 
 
 @contextlib.contextmanager

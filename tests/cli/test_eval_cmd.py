@@ -276,6 +276,21 @@ def test_compare_runs_counts_the_episodes_each_run_won_in_blocks_of_steps(tmp_pa
     assert "  steps 1 to 3: episodes won: run 8 of 24 (33.3%), control 6 (25.0%)" in lines
     assert "  steps 4 to 5: episodes won: run 7 of 32 (21.9%), control 6 (18.8%)" in lines
 
+    assert not any(line.startswith("episodes paired") for line in lines)  # no episodes.jsonl: no pairing
+
+    # With episodes.jsonl the same episode of both runs pairs by id: steps 1 to 5 only, ids in both only.
+    outcomes = {"control": {(1, "a"): True, (1, "b"): False, (2, "a"): True, (3, "c"): False, (0, "a"): True},
+                "run": {(1, "a"): False, (1, "b"): True, (2, "a"): True, (3, "c"): True, (0, "a"): False,
+                        (3, "d"): True}}
+    for name, won in outcomes.items():
+        (tmp_path / name / "episodes.jsonl").write_text("".join(
+            json.dumps({"step": step, "episode_id": episode, "success": success}) + "\n"
+            for (step, episode), success in won.items()))
+    paired = subprocess.run([sys.executable, str(COMPARE_RUNS), str(control), str(run)],
+                            capture_output=True, text=True, check=False)
+    assert ("episodes paired by id: 4; won only by the run: 2, only by the control: 1, exact McNemar p = 1"
+            in paired.stdout.splitlines())
+
     reward = subprocess.run([sys.executable, str(COMPARE_RUNS), str(control), str(run), "--blocks", "9",
                              "--metric", "episodes"], capture_output=True, text=True, check=False)
     assert reward.returncode == 0, reward.stderr

@@ -37,6 +37,7 @@ def test_offline_training_logs_checkpoints_and_saves_a_model(bandit_rows: Path, 
     assert TrainConfig.from_yaml(tmp_path / "run" / "config.yaml").steps == 4
     samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
     assert samples and {"step", "reward", "success", "messages"} <= samples[0].keys()
+    assert not (tmp_path / "run" / "episodes.jsonl").exists()  # offline: no episode was played
 
 
 def test_resumed_run_ends_as_the_uninterrupted_one(bandit_rows: Path, tmp_path: Path) -> None:
@@ -93,6 +94,13 @@ def test_online_run_syncs_weights_into_the_builtin_server(tmp_path: Path) -> Non
     # The rows of step 1 were sampled by the weights pushed after step 0: version 1.
     samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
     assert {s["step"] for s in samples} == {0, 1}
+    # One line per episode played, ids unique within a step, what metrics.jsonl's success averages.
+    episodes = read_jsonl(tmp_path / "run" / "episodes.jsonl")
+    for step, record in enumerate(records):
+        played = [e for e in episodes if e["step"] == step]
+        assert len({e["episode_id"] for e in played}) == 8
+        assert sum(e["success"] for e in played) / 8 == pytest.approx(record["success"])
+        assert all(e["turns"] >= 1 and isinstance(e["seed"], int) for e in played)
     assert (tmp_path / "run" / "sync" / "model.safetensors").exists()
     assert json.loads((list_checkpoints(tmp_path / "run")[-1] / "state.json").read_text())["step"] == 2
 

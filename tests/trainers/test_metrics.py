@@ -34,6 +34,26 @@ def test_jsonl_has_one_record_per_step_and_resume_drops_later_ones(tmp_path: Pat
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [0, 1]
 
 
+def test_episodes_jsonl_has_a_line_per_episode_and_resume_drops_later_steps(tmp_path: Path, make_row) -> None:
+    """One line per episode (its first row; later rows of a multi-turn episode add none)."""
+    with MetricsLogger(tmp_path, _config()) as log:
+        for step in range(3):
+            log.log_episodes(step, [make_row(reward=1.0, seed=step, index=0), make_row(reward=0.0, seed=step, index=1),
+                                    make_row(reward=0.0, seed=step, index=1, row_index=1)])
+    lines = read_jsonl(tmp_path / "episodes.jsonl")
+    assert [(e["step"], e["episode_id"], e["success"]) for e in lines[:2]] == [
+        (0, "Bandit-LLM-v0/s0/g0/e0", True), (0, "Bandit-LLM-v0/s0/g0/e1", False)]
+    assert len(lines) == 6 and lines[5] == {"step": 2, "episode_id": "Bandit-LLM-v0/s2/g0/e1", "seed": 2,
+                                            "reward": 0.0, "success": False, "turns": 1,
+                                            "stop_reason": "terminated"}
+    with MetricsLogger(tmp_path, _config(), start_step=1):
+        pass
+    assert [e["step"] for e in read_jsonl(tmp_path / "episodes.jsonl")] == [0, 0]
+    with MetricsLogger(tmp_path / "off", _config(log_episodes=False)) as log:
+        log.log_episodes(0, [make_row()])
+    assert not (tmp_path / "off" / "episodes.jsonl").exists()
+
+
 def test_a_disabled_logger_writes_nothing(tmp_path: Path) -> None:
     with MetricsLogger(tmp_path / "run", _config(), enabled=False) as log:
         log.log(0, {"success": 1.0})

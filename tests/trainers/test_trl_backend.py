@@ -169,3 +169,7 @@ def test_online_trl_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: P
         for key in ("loss", "grad_norm", "entropy", "lr"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
     assert any(r["grad_norm"] > 0 for r in want[1:]), want  # the resumed steps did learn something
+    # episodes.jsonl: the resumed run logged the same episodes as the straight one, none twice.
+    def played(out: str) -> list[tuple[int, str, bool]]:
+        return [(e["step"], e["episode_id"], e["success"]) for e in read_jsonl(tmp_path / out / "episodes.jsonl")]
+    assert played("resumed") == played("straight") and len(played("straight")) == 3 * 8
