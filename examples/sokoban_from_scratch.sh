@@ -25,6 +25,10 @@
 # place of `--max-turns 12`) with shaping: 86.0%, but 82.5% against SFT's 80.8% on 400 new
 # levels, not measurable either (docs/results.md). On a lent H100 (scripts/device_sokoban.sh),
 # tiny-512x8 gave 62.0% after 800 SFT steps and 60.5% after 13 GRPO steps of 128 episodes.
+# The first measurable gain (docs/results.md, 2026-11-27, seventh): from a weak SFT model (400
+# steps), one AdamW step per 128 episodes at lr 3e-5 with the embeddings and layer 0 frozen, turn
+# baseline, entropy fifth, 85 steps: 8.5% against SFT's 6.5% on 600 new levels (p = 0.029). Not
+# yet tried from the recipe's 80% model, nor a setting of this script.
 # Departures from the usual LLM recipe, and why:
 # - the env's `brief` instructions (one line instead of the rules): a model trained from scratch
 #   cannot read rules, and several hundred tokens of them dilute its attention and cost compute;
