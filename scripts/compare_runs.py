@@ -88,17 +88,22 @@ def blocks(steps: list[int], count: int) -> list[list[int]]:
     return cuts
 
 
-def describe(control: dict[int, dict[str, float]], run: dict[int, dict[str, float]], steps: list[int],
-             metric: str) -> str:
-    """One line for ``steps``: episodes won by each run (success), or the metric's mean in each."""
-    counts = (episodes_won(run, steps), episodes_won(control, steps)) if metric == "success" else (None, None)
-    if counts[0] is not None and counts[1] is not None:
-        (won, played), (control_won, _) = counts
-        return (f"episodes won: run {won} of {played} ({won / max(played, 1):.1%}), "
-                f"control {control_won} ({control_won / max(played, 1):.1%})")
+def means_line(control: dict[int, dict[str, float]], run: dict[int, dict[str, float]], steps: list[int],
+               metric: str) -> str:
+    """The metric's mean over ``steps`` in each run."""
     mean_control = sum(control[s][metric] for s in steps) / len(steps)
     mean_run = sum(run[s][metric] for s in steps) / len(steps)
     return f"{metric} {mean_run:.4g} against the control's {mean_control:.4g}"
+
+
+def wins_line(control: dict[int, dict[str, float]], run: dict[int, dict[str, float]], steps: list[int]) -> str | None:
+    """The episodes each run won over ``steps``; None when either did not log ``episodes``."""
+    run_counts, control_counts = episodes_won(run, steps), episodes_won(control, steps)
+    if run_counts is None or control_counts is None:
+        return None
+    (won, played), (control_won, _) = run_counts, control_counts
+    return (f"episodes won: run {won} of {played} ({won / max(played, 1):.1%}), "
+            f"control {control_won} ({control_won / max(played, 1):.1%})")
 
 
 def main() -> int:
@@ -116,19 +121,18 @@ def main() -> int:
     if not steps:
         print(f"The runs share no step from {args.from_step} on with {args.metric!r} logged.", file=sys.stderr)
         return 2
-    mean_control = sum(control[s][args.metric] for s in steps) / len(steps)
-    mean_run = sum(run[s][args.metric] for s in steps) / len(steps)
     above = sum(run[s][args.metric] > control[s][args.metric] for s in steps)
     below = sum(run[s][args.metric] < control[s][args.metric] for s in steps)
-    print(f"steps {steps[0]} to {steps[-1]} ({len(steps)} shared): {args.metric} {mean_run:.4g} against the "
-          f"control's {mean_control:.4g}")
+    print(f"steps {steps[0]} to {steps[-1]} ({len(steps)} shared): {means_line(control, run, steps, args.metric)}")
     print(f"steps above the control: {above}, below: {below}, exact sign test p = {mcnemar_exact(above, below):.2g}")
-    if args.metric == "success" and None not in (episodes_won(run, steps), episodes_won(control, steps)):
-        print(describe(control, run, steps, args.metric))
-    if args.metric == "success" and (paired := paired_episodes(args.control, args.run, steps)):
+    counting = args.metric == "success"  # wins and pairs are counts of won episodes
+    if counting and (wins := wins_line(control, run, steps)):
+        print(wins)
+    if counting and (paired := paired_episodes(args.control, args.run, steps)):
         print(paired)
     for block in blocks(steps, args.blocks) if args.blocks > 0 else []:
-        print(f"  steps {block[0]} to {block[-1]}: {describe(control, run, block, args.metric)}")
+        line = (counting and wins_line(control, run, block)) or means_line(control, run, block, args.metric)
+        print(f"  steps {block[0]} to {block[-1]}: {line}")
     return 0
 
 
