@@ -41,8 +41,8 @@ from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.optimizers import hf_optimizer_args
 
 __all__ = ["format_warmup", "freeze_parameters", "length_grouped_order", "load_model_and_tokenizer",
-           "lr_schedule_args", "quiet_trl", "run_sft", "sft_dataset", "sft_train",
-           "trajectory_files", "without_printer"]
+           "lr_schedule_args", "quiet_trl", "random_batch_order", "run_sft", "sft_dataset", "sft_passes",
+           "sft_train", "sorted_within_batches", "trajectory_files", "without_printer"]
 
 
 @contextlib.contextmanager
@@ -113,9 +113,7 @@ def length_grouped_order(lengths: Sequence[int], *, batch_size: int, samples: in
     if batch_size < 1 or window < 1 or samples < 0:
         raise ConfigError(f"batch_size and window must be >= 1 and samples >= 0, got {batch_size}, {window}, "
                           f"{samples}.")
-    if len(lengths) < batch_size:
-        raise ConfigError(f"{len(lengths)} rows cannot fill a batch of {batch_size}: lower micro_batch_size "
-                          f"or roll out more episodes.")
+    _check_fills(len(lengths), batch_size)
     rng = random.Random(seed)
     order: list[int] = []
     while len(order) < samples:
@@ -129,6 +127,43 @@ def length_grouped_order(lengths: Sequence[int], *, batch_size: int, samples: in
         rng.shuffle(batches)
         order += [i for batch in batches for i in batch]
     return order[:samples]
+
+
+def _check_fills(num_rows: int, batch_size: int) -> None:
+    if num_rows < batch_size:
+        raise ConfigError(f"{num_rows} rows cannot fill a batch of {batch_size}: lower micro_batch_size "
+                          f"or roll out more episodes.")
+
+
+def random_batch_order(num_rows: int, *, batch_size: int, samples: int, seed: int) -> list[int]:
+    """The first ``samples`` row indices of batches drawn at random, each pass over the rows reshuffled.
+
+    A pass leaves out its last ``num_rows % batch_size`` rows (a different few each pass), as
+    :func:`length_grouped_order` does, so every batch is full and the batches stay aligned.
+    """
+    _check_fills(num_rows, batch_size)
+    rng = random.Random(seed)
+    order: list[int] = []
+    while len(order) < samples:
+        rows = list(range(num_rows))
+        rng.shuffle(rows)
+        order += rows[:num_rows - num_rows % batch_size]
+    return order[:samples]
+
+
+def sorted_within_batches(order: Sequence[int], lengths: Sequence[int], *, batch_size: int) -> list[int]:
+    """``order`` with each batch of ``batch_size`` consecutive rows sorted by length, shortest first.
+
+    The batches hold the same rows; only their order inside a batch changes, so a batch run as
+    several forward passes (:func:`sft_passes`) pads each pass to the longest of its own rows.
+    """
+    return [i for start in range(0, len(order), batch_size)
+            for i in sorted(order[start:start + batch_size], key=lambda i: lengths[i])]
+
+
+def sft_passes(batch_size: int, wanted: int) -> int:
+    """The forward passes a batch of ``batch_size`` rows runs as: the largest divisor of it up to ``wanted``."""
+    return max(d for d in range(1, max(1, min(wanted, batch_size)) + 1) if batch_size % d == 0)
 
 
 def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any, Any]:
@@ -177,14 +212,16 @@ def lr_schedule_args(name: str, *, lr: float, warmup_steps: int, min_lr_ratio: f
     return {"lr_scheduler_type": kind, "lr_scheduler_kwargs": kwargs, "warmup_steps": warmup_steps}
 
 
-def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, seed: int, max_length: int,
+def _sft_args(out: Path, *, steps: int, lr: float, batch_size: int, passes: int, seed: int, max_length: int,
               max_grad_norm: float, optimizer: dict[str, Any], logging: bool,
               schedule: dict[str, Any], in_order: bool) -> Any:
     from trl import SFTConfig
 
+    # With several passes TRL divides each pass's summed loss by the whole batch's loss tokens
+    # (num_items_in_batch), so the step's gradient is the batch's token mean, as in one pass.
     return SFTConfig(
         output_dir=str(out), use_cpu=not torch.cuda.is_available(), bf16=False,
-        max_steps=steps, per_device_train_batch_size=batch_size, gradient_accumulation_steps=1,
+        max_steps=steps, per_device_train_batch_size=batch_size // passes, gradient_accumulation_steps=passes,
         learning_rate=lr, weight_decay=0.0, **schedule, **optimizer,
         max_grad_norm=max_grad_norm or 1e9, seed=seed, data_seed=seed,
         completion_only_loss=True, max_length=max_length, logging_steps=1,
@@ -199,7 +236,7 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
               adam_betas: tuple[float, float] = (0.9, 0.99), optimizer: str = "adamw", momentum: float = 0.0,
               logging: bool = False, optimizer_out: list[Any] | None = None, lr_schedule: str = "constant",
               warmup_steps: int = 0, min_lr_ratio: float = 0.1, group_by_length: bool = False,
-              on_step: Callable[[int, dict[str, float]], None] | None = None,
+              passes: int = 1, on_step: Callable[[int, dict[str, float]], None] | None = None,
               time_limit: Any = None) -> list[dict[str, float]]:
     """Fine-tune ``model`` in place for ``steps`` optimiser steps; the per-step logs (``loss``, ...).
 
@@ -212,6 +249,9 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     ``warmup_steps`` of linear warm-up: a model trained from scratch ends better on a decayed rate.
     ``group_by_length``: each batch of rows of similar length (:func:`length_grouped_order`),
     so less of every batch is padding; otherwise batches are drawn at random.
+    ``passes``: each batch, sorted by length, runs as this many forward passes whose gradients
+    add up (:func:`sft_passes` rounds it to a divisor of the batch): the same step, but each pass
+    pads only to the longest of its own rows, far less where lengths vary.
     ``time_limit``: a :func:`~agentgym.trainers.budget.time_limit_callback` that may end the run
     before ``steps``.
     """
@@ -220,14 +260,16 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     if steps < 1 or batch_size < 1 or not lr > 0:
         raise ConfigError(f"steps and batch_size must be >= 1 and lr > 0, got {steps}, {batch_size}, {lr}.")
     batch_size = min(batch_size, len(dataset))
-    if group_by_length:  # the dataset in the planned order, read front to back: one pass is the whole run
-        dataset = dataset.select(length_grouped_order([len(ids) for ids in dataset["input_ids"]],
-                                                      batch_size=batch_size, samples=steps * batch_size,
-                                                      seed=seed))
-    args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+    passes = sft_passes(batch_size, passes)
+    in_order = group_by_length or passes > 1
+    if in_order:  # the dataset in the planned order, read front to back: one pass is the whole run
+        dataset = dataset.select(_planned_order([len(ids) for ids in dataset["input_ids"]], batch_size=batch_size,
+                                                samples=steps * batch_size, seed=seed,
+                                                group_by_length=group_by_length))
+    args = _sft_args(Path(out), steps=steps, lr=lr, batch_size=batch_size, passes=passes, seed=seed,
                      max_length=max_length, max_grad_norm=max_grad_norm,
                      optimizer=hf_optimizer_args(optimizer, adam_betas=adam_betas, momentum=momentum),
-                     logging=logging, in_order=group_by_length,
+                     logging=logging, in_order=in_order,
                      schedule=lr_schedule_args(lr_schedule, lr=lr, warmup_steps=warmup_steps,
                                                min_lr_ratio=min_lr_ratio))
     with quiet_trl():
@@ -242,6 +284,15 @@ def sft_train(model: Any, tokenizer: Any, dataset: Any, *, out: str | Path, step
     if optimizer_out is not None:
         optimizer_out.append(getattr(trainer.optimizer, "optimizer", trainer.optimizer))  # unwrap accelerate's
     return [_numbers(record) for record in trainer.state.log_history if "loss" in record]
+
+
+def _planned_order(lengths: Sequence[int], *, batch_size: int, samples: int, seed: int,
+                   group_by_length: bool) -> list[int]:
+    if group_by_length:
+        order = length_grouped_order(lengths, batch_size=batch_size, samples=samples, seed=seed)
+    else:
+        order = random_batch_order(len(lengths), batch_size=batch_size, samples=samples, seed=seed)
+    return sorted_within_batches(order, lengths, batch_size=batch_size)
 
 
 def _numbers(record: dict[str, Any]) -> dict[str, float]:
@@ -345,7 +396,8 @@ def run_sft(config: TrainConfig, *, console: Any = None) -> Any:
                   adam_betas=config.adam_betas, optimizer=config.optimizer, momentum=config.momentum,
                   lr_schedule=config.lr_schedule,
                   warmup_steps=config.warmup_steps, min_lr_ratio=config.min_lr_ratio,
-                  group_by_length=config.group_by_length, on_step=log_step, time_limit=time_limit)
+                  group_by_length=config.group_by_length, passes=config.sft_passes, on_step=log_step,
+                  time_limit=time_limit)
         if time_limit.stopped_at is not None:
             log.note(budget.note(time_limit.stopped_at, config.steps))
     final = out / "final"

@@ -22,9 +22,12 @@ from agentgym.trainers.sft import (
     freeze_parameters,
     length_grouped_order,
     load_model_and_tokenizer,
+    random_batch_order,
     run_sft,
     sft_dataset,
+    sft_passes,
     sft_train,
+    sorted_within_batches,
     trajectory_files,
 )
 
@@ -206,6 +209,61 @@ def test_sft_group_by_length_feeds_the_planned_batches(tokenizer: Any, tiny_mode
     assert sorted(int(row_id) - 10 for batch in seen for row_id in batch[:, 0]) == list(range(64))
     padded = sum(batch.numel() for batch in seen)
     assert padded < 1.25 * sum(lengths)  # drawn at random, batches of 8 pad to about 1.6x
+
+
+def test_random_batch_order_reshuffles_each_pass_and_keeps_batches_full() -> None:
+    order = random_batch_order(20, batch_size=8, samples=48, seed=3)
+    passes = [order[k:k + 16] for k in range(0, 48, 16)]  # 20 rows: two full batches a pass
+    assert all(len(set(p)) == 16 for p in passes)
+    assert passes[0] != passes[1] and len(set(order)) > 16  # reshuffled, a different four left out
+    assert order == random_batch_order(20, batch_size=8, samples=48, seed=3)
+    assert order != random_batch_order(20, batch_size=8, samples=48, seed=4)
+    with pytest.raises(ConfigError, match="7 rows cannot fill a batch of 8"):
+        random_batch_order(7, batch_size=8, samples=8, seed=0)
+
+
+def test_sorted_within_batches_keeps_each_batch_and_sorts_it() -> None:
+    lengths = [5, 1, 4, 2, 9, 3, 8, 7]
+    order = [0, 1, 2, 3, 4, 5, 6, 7]
+    assert sorted_within_batches(order, lengths, batch_size=4) == [1, 3, 2, 0, 5, 7, 6, 4]
+
+
+@pytest.mark.parametrize(("batch_size", "wanted", "expected"), [(16, 4, 4), (16, 3, 2), (6, 4, 3), (7, 4, 1),
+                                                                 (2, 4, 2), (16, 1, 1)])
+def test_sft_passes_is_the_largest_divisor_up_to_the_wish(batch_size: int, wanted: int, expected: int) -> None:
+    assert sft_passes(batch_size, wanted) == expected
+
+
+def _uneven_rows(lengths: list[int]) -> list[dict[str, list[int]]]:
+    """Rows whose loss tokens vary with their length, so a per-pass mean would weigh them wrongly."""
+    return [{"input_ids": [i + 10] + [(i * 7 + k) % 50 + 20 for k in range(n - 1)],
+             "completion_mask": [0] * (n // 2) + [1] * (n - n // 2)} for i, n in enumerate(lengths)]
+
+
+def test_sft_in_several_passes_takes_the_step_one_pass_takes(tokenizer: Any, tiny_model: str,
+                                                            tmp_path: Path) -> None:
+    """The same eight rows as one padded pass or four sorted ones: the same weights after the step,
+    and the four passes pad far less."""
+    from datasets import Dataset
+
+    rows = Dataset.from_list(_uneven_rows([60, 5, 33, 8, 47, 12, 3, 21]))
+    weights, padded = [], []
+    for passes in (1, 4):
+        model, _ = load_model_and_tokenizer(tiny_model)
+        seen: list[torch.Tensor] = []
+        model.register_forward_pre_hook(lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"].clone()),
+                                        with_kwargs=True)
+        sft_train(model, tokenizer, rows, out=tmp_path / str(passes), steps=1, lr=0.5, batch_size=8,
+                  optimizer="sgd", passes=passes)
+        assert [batch.shape[0] for batch in seen] == [8 // passes] * passes
+        assert sorted(int(row_id) - 10 for batch in seen for row_id in batch[:, 0]) == list(range(8))
+        weights.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+        padded.append(sum(batch.numel() for batch in seen))
+    start = torch.cat([p.detach().flatten() for p in load_model_and_tokenizer(tiny_model)[0].parameters()])
+    moved = (weights[0] - start).norm()
+    assert moved > 0.1
+    assert (weights[1] - weights[0]).norm() < 1e-4 * moved
+    assert padded[1] < 0.5 * padded[0]  # 8 x 60 = 480 padded, the sorted pairs 5+12+33+60 = 110 x 2
 
 
 def test_freeze_parameters_matches_names_and_says_when_a_pattern_matches_none(tiny_model: str) -> None:
