@@ -28,7 +28,11 @@
 # The first measurable gain (docs/results.md, 2026-11-27, seventh): from a weak SFT model (400
 # steps), one AdamW step per 128 episodes at lr 3e-5 with the embeddings and layer 0 frozen, turn
 # baseline, entropy fifth, 85 steps: 8.5% against SFT's 6.5% on 600 new levels (p = 0.029). Not
-# yet tried from the recipe's 80% model, nor a setting of this script.
+# yet tried from the recipe's 80% model. GRPO_MINI_BATCHES=1 GRPO_EPISODES=128 GRPO_LR=3e-5
+# GRPO_KL=0 GRPO_BASELINE=turn GRPO_ENTROPY_QUANTILE=0.2 GRPO_TURN_BUDGET=1 GRPO_SEED=7
+# GRPO_STEPS=85 GRPO_FROZEN='model.embed_tokens.*,model.layers.0.*' runs it (but with the
+# recipe's format_penalty of 1; that run had the env's 0.1). With SFT in sorted passes
+# (2026-11-28) the recipe's SFT alone solved 86.0% of the unseen levels (one run).
 # Departures from the usual LLM recipe, and why:
 # - the env's `brief` instructions (one line instead of the rules): a model trained from scratch
 #   cannot read rules, and several hundred tokens of them dilute its attention and cost compute;
@@ -52,7 +56,7 @@ OUT=${OUT:-runs/sokoban6}
 MODEL=${MODEL:-tiny-128x4}
 DEMOS=${DEMOS:-20000}            # solver episodes (about 6.5 turns each on 6x6 with the noise)
 EXPERT_NOISE=${EXPERT_NOISE:-0.25}  # share of demonstration turns played at random (0: clean)
-SFT_STEPS=${SFT_STEPS:-1200}     # batches of 16 episodes, cosine decay (79 min on 2 cores, shared at times)
+SFT_STEPS=${SFT_STEPS:-1200}     # batches of 16 episodes, cosine decay (84 min on one core beside another run)
 SFT_LR=${SFT_LR:-1e-3}           # from scratch; lower when MODEL is already trained (a curriculum)
 SFT_SECONDS=${SFT_SECONDS:-0}    # wall-clock budget of SFT (0: none); past it SFT ends early, its lr not decayed
 # DAgger: the SFT model plays DAGGER_EPISODES new levels with the solver checking every turn,
@@ -71,6 +75,11 @@ GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the
 GRPO_KL=${GRPO_KL:-1}            # KL to the start model: without it GRPO cost the DAgger model 6 points, with it none
 GRPO_BASELINE=${GRPO_BASELINE:-episode}  # turn: each turn against the episodes still playing it (README)
 GRPO_SECONDS=${GRPO_SECONDS:-0}  # wall-clock budget of GRPO (0: none): it ends after the step that runs out
+GRPO_MINI_BATCHES=${GRPO_MINI_BATCHES:-4}  # optimiser steps a GRPO step (1: one AdamW step on all its episodes)
+GRPO_FROZEN=${GRPO_FROZEN:-}     # parameters GRPO leaves alone, e.g. 'model.embed_tokens.*,model.layers.0.*'
+GRPO_ENTROPY_QUANTILE=${GRPO_ENTROPY_QUANTILE:-1}  # learn only the sampled tokens this share most uncertain
+GRPO_TURN_BUDGET=${GRPO_TURN_BUDGET:-0}  # 1: GRPO_TURNS ends episodes without telling the model (the eval's prompt)
+GRPO_SEED=${GRPO_SEED:-1}        # the levels and sampling seeds GRPO plays
 # 1: a control beside GRPO, the same command at lr 0 (same levels, same sampling seeds, step by
 # step), then scripts/compare_runs.py pairs their steps: the levels alone swing success by 40
 # points from one step to the next, so a training curve on its own says little.
@@ -90,11 +99,15 @@ if [[ -n "${QUICK:-}" ]]; then
 fi
 ENV=(--env Sokoban-LLM-v0 -k "dim_room=$ROOM" -k "num_boxes=$BOXES" -k brief=true -k show_positions=true)
 EVAL=(--episodes "$EVAL_EPISODES" --seed-offset 100000 --concurrency "$CONCURRENCY")
+TURN_LIMIT=--max-turns
+(( GRPO_TURN_BUDGET )) && TURN_LIMIT=--turn-budget
 GRPO=(--trainer grpo --backend fsdp --steps "$GRPO_STEPS" --group-size 8 --episodes-per-step "$GRPO_EPISODES"
-      --lr "$GRPO_LR" --max-turns "$GRPO_TURNS" --max-tokens 16 --seed 1 -s mini_batches=4 -s epochs="$GRPO_EPOCHS"
+      --lr "$GRPO_LR" "$TURN_LIMIT" "$GRPO_TURNS" --max-tokens 16 --seed "$GRPO_SEED"
+      -s mini_batches="$GRPO_MINI_BATCHES" -s epochs="$GRPO_EPOCHS"
       -s format_warmup_episodes=0 -s lr_schedule=constant -s checkpoint_every=1000 -s advantage=dr_grpo
       -s kl_coef="$GRPO_KL" -s baseline="$GRPO_BASELINE" -k format_penalty=1 -s concurrency="$GRPO_CONCURRENCY"
-      -s max_seconds="$GRPO_SECONDS")
+      -s top_entropy_quantile="$GRPO_ENTROPY_QUANTILE" -s max_seconds="$GRPO_SECONDS")
+[[ -n "$GRPO_FROZEN" ]] && GRPO+=(-s "frozen_parameters=[$GRPO_FROZEN]")
 mkdir -p "$OUT"
 
 # 1. Demonstrations: the solver's episodes, in the tokens the model would have produced.
