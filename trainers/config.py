@@ -144,19 +144,21 @@ class TrainConfig:
     epochs: int = 1
     """Passes over the step's rows (PPO epochs); above 1 the clipping starts to matter."""
     micro_batch_size: int = 16
-    """Sequences per forward pass (without packing); gradients accumulate over micro-batches."""
+    """Sequences per forward pass (without packing); gradients accumulate over micro-batches.
+    SFT: the rows of one optimiser step, run as ``sft_passes`` forward passes."""
     micro_batch_tokens: int = 8192
     """Tokens per packed forward pass (with packing)."""
     sft_passes: int = 4
     """SFT: each batch of ``micro_batch_size`` rows, sorted by length, runs as this many forward
     passes whose gradients add up (rounded down to a divisor of the batch). The step is the same
     as one pass, but each pass pads only to its own longest row: on Sokoban's noisy
-    demonstrations 2.x times faster (docs/results.md). 1: one padded pass, rows in TRL's order."""
+    demonstrations a step took half the time (docs/results.md). 1: one padded pass, rows in
+    TRL's order."""
     group_by_length: bool = False
     """SFT: batch rows of similar length (less padding, so faster when episode lengths vary, as
     demonstrations with ``--expert-noise`` do); off: batches drawn at random. Off by default: a
-    batch of similar-length episodes is less varied, and on Sokoban's noisy demonstrations the
-    grouped run learned worse (docs/results.md)."""
+    batch of similar-length episodes is less varied, and on Sokoban's noisy demonstrations both
+    grouped runs learned worse than the random-batch runs beside them (docs/results.md)."""
     pack_sequences: bool = False
     """Pack several sequences into one row (no padding; attention kept within each sequence).
     Off by default: without flash attention the packed row's attention is dense (quadratic in
