@@ -54,9 +54,9 @@ SFT_LR=${SFT_LR:-1e-3}           # from scratch; lower when MODEL is already tra
 SFT_SECONDS=${SFT_SECONDS:-0}    # wall-clock budget of SFT (0: none); past it SFT ends early, its lr not decayed
 # DAgger: the SFT model plays DAGGER_EPISODES new levels with the solver checking every turn,
 # then SFT goes on from it on those rows (twice over) and the demonstrations. 0: skip it.
-DAGGER_EPISODES=${DAGGER_EPISODES:-4000}  # 34 min on 2 cores
+DAGGER_EPISODES=${DAGGER_EPISODES:-4000}  # 10 min on one core (the built-in server's prefix cache)
 DAGGER_SHARE=${DAGGER_SHARE:-0.5}  # share of the model's wrong moves played (masked) rather than corrected
-DAGGER_STEPS=${DAGGER_STEPS:-500}   # 56 min on 2 cores, shared with another run most of the time
+DAGGER_STEPS=${DAGGER_STEPS:-500}   # 38 min on one core (sorted passes), the other core busy
 DAGGER_LR=${DAGGER_LR:-5e-4}
 # A GRPO step: GRPO_EPISODES episodes in groups of 8, GRPO_MINI_BATCHES x GRPO_EPOCHS optimiser steps
 # on them, then a weight sync to the server.
@@ -65,8 +65,8 @@ GRPO_EPISODES=${GRPO_EPISODES:-128}
 GRPO_EPOCHS=${GRPO_EPOCHS:-1}
 GRPO_LR=${GRPO_LR:-3e-5}         # one AdamW step a GRPO step; 1e-4 with 4 steps cost a model 20 points (docs/results.md)
 GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the env's 30)
-GRPO_KL=${GRPO_KL:-0}            # KL to the start model (1 held the old 4-mini-batch setting in place; it also held it still)
-GRPO_BASELINE=${GRPO_BASELINE:-turn}  # turn: each turn against the episodes still playing it (README); episode
+GRPO_KL=${GRPO_KL:-0}            # KL to the start model (1 kept the old 4-mini-batch setting from losing points, and from gaining any)
+GRPO_BASELINE=${GRPO_BASELINE:-turn}  # turn: each turn against the episodes still playing it (README); episode: the whole return
 GRPO_SECONDS=${GRPO_SECONDS:-0}  # wall-clock budget of GRPO (0: none): it ends after the step that runs out
 GRPO_MINI_BATCHES=${GRPO_MINI_BATCHES:-1}  # optimiser steps a GRPO step (1: one AdamW step on all its episodes)
 GRPO_FROZEN=${GRPO_FROZEN-model.embed_tokens.*,model.layers.0.*}  # parameters GRPO leaves alone ('': none)
