@@ -67,11 +67,14 @@ __all__ = [
     "zero_variance_groups",
 ]
 
-AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo"]
-Baseline = Literal["episode", "turn"]
-LossAggregation = Literal["token_mean", "sequence_mean", "constant_sum"]
-Correction = Literal["none", "truncate", "mask"]
-CorrectionLevel = Literal["token", "sequence"]
+# The choices are defined beside the settings that name them (kept free of torch for the CLI).
+from agentgym.trainers.settings import (  # noqa: E402
+    AdvantageMethod,
+    Baseline,
+    Correction,
+    CorrectionLevel,
+    LossAggregation,
+)
 
 
 def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:

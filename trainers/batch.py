@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, TurnSpan
 from agentgym.trainers.algorithms import (
     AdvantageMethod,
     Baseline,
@@ -38,7 +38,6 @@ __all__ = [
     "MicroBatch",
     "TrainSequence",
     "collate",
-    "has_rollout_logprobs",
     "packed_attention_mask",
     "plan_micro_batches",
     "playing_turn_advantages",
@@ -47,8 +46,6 @@ __all__ = [
     "token_advantages",
     "turn_advantages",
     "turn_credit_share",
-    "turn_observations",
-    "turn_spans",
 ]
 
 
@@ -88,36 +85,6 @@ def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grp
     return [by_episode[row.episode_id] for row in rows]
 
 
-def turn_spans(completion_mask: Sequence[int]) -> list[tuple[int, int]]:
-    """``(start, end)`` of each turn's sampled tokens: the runs of 1 in the mask.
-
-    Env replies (mask 0) always separate two turns, so run k is turn k of the row.
-    """
-    spans = []
-    start = None
-    for index, sampled in enumerate(completion_mask):
-        if sampled and start is None:
-            start = index
-        elif not sampled and start is not None:
-            spans.append((start, index))
-            start = None
-    if start is not None:
-        spans.append((start, len(completion_mask)))
-    return spans
-
-
-def turn_observations(row: TrajectoryRow) -> list[str]:
-    """What the policy had just read before each of its turns: the env's last message."""
-    seen: list[str] = []
-    last = ""
-    for message in row.messages:
-        if message.role == "assistant":
-            seen.append(last)
-        elif message.role == "user":
-            last = message.content
-    return seen
-
-
 def _rows_by_episode(rows: Sequence[TrajectoryRow]) -> dict[str, list[TrajectoryRow]]:
     episodes: dict[str, list[TrajectoryRow]] = defaultdict(list)
     for row in rows:
@@ -143,10 +110,9 @@ def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "gr
         result[episode_id] = [0.0] * len(first.turn_rewards)
         if not _matched_turns(first, parts):
             continue
-        observations = turn_observations(first)
         returns = discounted_returns(first.turn_rewards, discount)
-        for turn, (observation, value) in enumerate(zip(observations, returns)):
-            anchors[_group_key(first)].append((episode_id, turn, observation, value))
+        for span in _episode_turns(parts):
+            anchors[_group_key(first)].append((episode_id, span.turn, span.observation_hash, returns[span.turn]))
     for members in anchors.values():
         values = anchor_advantages([m[3] for m in members], [m[2] for m in members], method)
         for (episode_id, turn, _, _), value in zip(members, values):
@@ -154,11 +120,15 @@ def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "gr
     return result
 
 
+def _episode_turns(parts: Sequence[TrajectoryRow]) -> list[TurnSpan]:
+    return [span for part in parts for span in part.turns]
+
+
 def _matched_turns(first: TrajectoryRow, parts: Sequence[TrajectoryRow]) -> bool:
-    """Whether an episode's turn rewards, observations and sampled-token runs line up one to one
-    (an error between sampling and stepping leaves a turn with no reward)."""
-    spans = sum(len(turn_spans(part.completion_mask)) for part in parts)
-    return len(turn_observations(first)) == spans == len(first.turn_rewards)
+    """Whether every turn the rows record has its reward (an error between sampling and stepping
+    leaves the last turn without one)."""
+    turns = [span.turn for span in _episode_turns(parts)]
+    return turns == list(range(len(first.turn_rewards)))
 
 
 def playing_turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo"
@@ -223,44 +193,22 @@ def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "g
     if per_turn is None:
         per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
     playing = playing_turn_advantages(rows, method) if baseline == "turn" else {}
-    turns_before = _turns_before(rows)
     rescued: set[tuple[str, int, int]] = set()  # filtered groups with a turn-level signal
     values: list[list[float]] = []
     for row, advantage in zip(rows, episode_level):
         tokens = [0.0] * len(row.completion_ids)
         turns = per_turn.get(row.episode_id, [])
         own = playing.get(row.episode_id) if advantage is not None else None
-        for turn, (start, end) in enumerate(turn_spans(row.completion_mask), turns_before[id(row)]):
+        for span in row.turns:
+            turn = span.turn
             extra = turn_weight * turns[turn] if turn < len(turns) else 0.0
             if advantage is None and abs(extra) > 1e-9:
                 rescued.add(_group_key(row))
             base = own[turn] if own is not None and turn < len(own) else (advantage or 0.0)
-            tokens[start:end] = [base + extra] * (end - start)
+            tokens[span.start:span.end] = [base + extra] * (span.end - span.start)
         values.append(tokens)
     return [None if advantage is None and _group_key(row) not in rescued else tokens
             for row, advantage, tokens in zip(rows, episode_level, values)]
-
-
-def _turns_before(rows: Sequence[TrajectoryRow]) -> dict[int, int]:
-    """For each row (by ``id``), how many turns of its episode its earlier rows hold."""
-    before: dict[int, int] = {}
-    for parts in _rows_by_episode(rows).values():
-        count = 0
-        for part in parts:
-            before[id(part)] = count
-            count += len(turn_spans(part.completion_mask))
-    return before
-
-
-def has_rollout_logprobs(row: TrajectoryRow) -> bool:
-    """Whether the row holds the server's logprobs of its sampled tokens.
-
-    Rows of model-free policies and retokenized rows carry zeros there; the
-    importance correction must then leave them alone.
-    """
-    if row.retokenized:
-        return False
-    return any(lp != 0.0 for lp, m in zip(row.logprobs, row.completion_mask) if m)
 
 
 @dataclass(frozen=True)
@@ -313,7 +261,7 @@ def to_sequences(rows: Sequence[TrajectoryRow], advantages: Sequence[float | Seq
                 continue
         sequences.append(TrainSequence(
             input_ids=list(row.prompt_ids) + completion, prompt_length=len(row.prompt_ids),
-            loss_mask=mask, rollout_logprobs=logprobs, has_rollout_logprobs=has_rollout_logprobs(row),
+            loss_mask=mask, rollout_logprobs=logprobs, has_rollout_logprobs=row.server_logprobs,
             advantages=per_token))
     return sequences
 

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agentgym.errors import MissingDependencyError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
-from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.settings import TrainConfig
 
 __all__ = ["EPISODES_FILE", "METRICS_FILE", "SAMPLES_FILE", "MetricsLogger", "read_jsonl", "step_line"]
 
@@ -99,15 +99,15 @@ class MetricsLogger:
         _truncate(out / METRICS_FILE, start_step)
         _truncate(out / SAMPLES_FILE, start_step)
         _truncate(out / EPISODES_FILE, start_step)
-        if config.tensorboard:
+        if config.run.tensorboard:
             self._tensorboard = self._open_tensorboard()
-        if config.wandb:
+        if config.run.wandb:
             self._wandb = self._open_wandb()
         if console is not None:
             self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                                       TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
                                       TimeRemainingColumn(), console=console, transient=False)
-            self._task = self._progress.add_task("train", total=config.steps, completed=start_step, stats="")
+            self._task = self._progress.add_task("train", total=config.run.steps, completed=start_step, stats="")
             self._progress.start()
 
     def _open_tensorboard(self) -> Any:
@@ -127,8 +127,8 @@ class MetricsLogger:
         id_file = self.out / "wandb_id"
         run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()
         id_file.write_text(run_id)
-        return wandb.init(project=self.config.wandb_project, id=run_id, resume="allow",
-                          dir=str(self.out), config=self.config.to_dict())
+        return wandb.init(project=self.config.run.wandb_project, id=run_id, resume="allow",
+                          dir=str(self.out), config=self.config.model_dump(mode="json"))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record ``step``'s metrics everywhere (and advance the bar)."""
@@ -147,7 +147,7 @@ class MetricsLogger:
         if self._progress is not None:
             stats = "  ".join(fmt.format(metrics[n]) for n, fmt in _SHOWN[:3] if n in metrics)
             self._progress.update(self._task, completed=step + 1, stats=stats)
-            self._progress.console.print(step_line(step, self.config.steps, metrics))
+            self._progress.console.print(step_line(step, self.config.run.steps, metrics))
 
     def note(self, message: str) -> None:
         """A line of text for the reader (above the bar)."""
@@ -156,9 +156,9 @@ class MetricsLogger:
 
     def log_samples(self, step: int, rows: Sequence[TrajectoryRow]) -> None:
         """Keep the first ``sample_episodes`` episodes of the step as conversations."""
-        if not self.enabled or self.config.sample_episodes == 0:
+        if not self.enabled or self.config.run.sample_episodes == 0:
             return
-        episodes = first_rows(rows)[: self.config.sample_episodes]
+        episodes = first_rows(rows)[: self.config.run.sample_episodes]
         with (self.out / SAMPLES_FILE).open("a", encoding="utf-8") as file:
             for row in episodes:
                 file.write(json.dumps({
@@ -170,7 +170,7 @@ class MetricsLogger:
         """One line per episode of the step. Episode ids name the level and the place in its group,
         which with ``--seed`` fixes the sampling seed too, so a run and its ``--lr 0`` control play
         the same episode under the same id: ``scripts/compare_runs.py`` pairs them by it."""
-        if not self.enabled or not self.config.log_episodes:
+        if not self.enabled or not self.config.run.log_episodes:
             return
         with (self.out / EPISODES_FILE).open("a", encoding="utf-8") as file:
             for row in first_rows(rows):

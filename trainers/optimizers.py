@@ -1,8 +1,7 @@
 """The optimiser of a run (``-s optimizer=adamw|sgd``), built the same way for every trainer.
 
-The fsdp trainer builds it with :func:`build_optimizer`; the TRL trainers (GRPO
-and SFT) take :func:`hf_optimizer_args` into their ``TrainingArguments``, so a
-run's config means the same optimiser whichever backend reads it.
+Both backends' engines build it with :func:`build_optimizer`, so a run's settings mean
+the same optimiser whichever backend reads them.
 
 Why SGD is offered beside AdamW: AdamW divides each weight's step by that
 weight's own gradient size, so a weight whose gradient is pure noise still moves
@@ -17,15 +16,14 @@ tiny Sokoban model GRPO lost to its lr-0 control with either; docs/results.md,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from agentgym.errors import ConfigError
+from agentgym.trainers.settings import OptimizerName
 
-__all__ = ["OptimizerName", "build_optimizer", "hf_optimizer_args"]
-
-OptimizerName = Literal["adamw", "sgd"]
+__all__ = ["OptimizerName", "build_optimizer"]
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], name: str, *, lr: float,
@@ -37,16 +35,6 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], name: str, *, lr: floa
         return torch.optim.AdamW(params, lr=lr, betas=adam_betas, weight_decay=weight_decay)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
-    raise _unknown(name)
-
-
-def hf_optimizer_args(name: str, *, adam_betas: tuple[float, float] = (0.9, 0.99),
-                      momentum: float = 0.0) -> dict[str, Any]:
-    """The ``TrainingArguments`` fields that pick the same optimiser in a transformers/TRL trainer."""
-    if name == "adamw":  # transformers' default optimiser is AdamW: leave ``optim`` alone
-        return {"adam_beta1": adam_betas[0], "adam_beta2": adam_betas[1]}
-    if name == "sgd":
-        return {"optim": "sgd", "optim_args": f"momentum={momentum}"}
     raise _unknown(name)
 
 

@@ -1,11 +1,10 @@
-"""The trainer registry: a trainer name and a backend -> the function that runs it.
+"""The trainer registry: a trainer name and a backend -> the function that builds its learner.
 
 ``agentgym train --trainer NAME --backend BACKEND`` looks the pair up here.
-Built in: ``grpo`` (backends ``fsdp`` and ``trl``) and ``sft`` (``trl``).
-A trainer is a function called as ``fn(config, console=console)`` with the
-run's :class:`~agentgym.trainers.config.TrainConfig` and a rich console (or
-None); it returns what it wants the CLI to summarise (the built-in ones return
-a ``TrainResult`` with ``out``, ``metrics`` and ``final_model``).
+Built in: ``grpo`` and ``sft``, each on the backends ``fsdp`` and ``trl``.
+An entry point is a function ``make(config, dist) -> Learner`` (see
+:mod:`agentgym.trainers.learner`); the run skeleton (:mod:`agentgym.trainers.run`)
+does everything else, so a trainer is a learner, a loss and its settings.
 
 Entry points are strings, so registering imports nothing. A third-party
 package adds a trainer (or a backend of an existing one) by calling
@@ -16,7 +15,7 @@ group, loaded on the first lookup::
     [project.entry-points."agentgym.trainers"]
     dpo = "mytrainers.plugin:register"          # calls register_trainer("dpo", {...})
 
-    register_trainer("dpo", {"trl": "mytrainers.dpo:run_dpo"}, description="DPO on preference pairs")
+    register_trainer("dpo", {"fsdp": "mytrainers.dpo:make_dpo"}, description="DPO on preference pairs")
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "TrainerFn",
     "TrainerSpec",
-    "get_trainer",
+    "get_learner_factory",
     "list_trainers",
     "load_trainer_plugins",
     "register_trainer",
@@ -44,7 +43,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "agentgym.trainers"
-#: What a trainer is: ``fn(config, console=None) -> result``.
+#: What a trainer's entry point is: ``make(config, dist) -> Learner``.
 TrainerFn = Callable[..., Any]
 _NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -124,11 +123,11 @@ def trainer_spec(name: str) -> TrainerSpec:
     return spec
 
 
-def get_trainer(name: str, backend: str | None = None) -> TrainerFn:
-    """The function that runs trainer ``name`` on ``backend`` (None: its default backend).
+def get_learner_factory(name: str, backend: str | None = None) -> TrainerFn:
+    """The function that builds trainer ``name``'s learner on ``backend`` (None: its default backend).
 
-    >>> run = get_trainer("grpo", "trl")        # doctest: +SKIP
-    >>> result = run(config, console=None)      # doctest: +SKIP
+    >>> make = get_learner_factory("grpo", "trl")   # doctest: +SKIP
+    >>> learner = make(config, dist)                 # doctest: +SKIP
     """
     entry = trainer_spec(name).entry_point(backend)
     module_name, _, attribute = entry.partition(":")
@@ -166,11 +165,10 @@ def load_trainer_plugins() -> list[str]:
 
 
 def _register_builtin() -> None:
-    register_trainer("grpo", {"fsdp": "agentgym.trainers.loop:run_training",
-                              "trl": "agentgym.trainers.trl_backend:run_trl"},
-                     description="GRPO online: roll out, score by group, clipped policy-gradient step, sync.")
-    register_trainer("sft", {"trl": "agentgym.trainers.sft:run_sft"},
-                     description="Fine-tune on the successful episodes of a rollout file (TRL SFTTrainer).")
+    register_trainer("grpo", {"fsdp": "agentgym.trainers.grpo:make_grpo", "trl": "agentgym.trainers.grpo:make_grpo"},
+                     description="GRPO: roll out, score by group, clipped policy-gradient step, push the weights.")
+    register_trainer("sft", {"trl": "agentgym.trainers.sft:make_sft", "fsdp": "agentgym.trainers.sft:make_sft"},
+                     description="Fine-tune on the successful episodes of rollout files.")
 
 
 _register_builtin()

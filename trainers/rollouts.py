@@ -20,7 +20,7 @@ from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
 from agentgym.rollout.rows import TrajectoryRow, first_rows
-from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.settings import TrainConfig
 
 __all__ = ["OfflineGroups", "StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows",
            "play_step", "rollout_config"]
@@ -42,14 +42,15 @@ def rollout_config(config: TrainConfig, step: int, **changes: Any) -> RolloutCon
 
     ``changes``: other :class:`RolloutConfig` fields (the format warm-up's episodes and seeds).
     """
-    if config.env_id is None:
+    rollout = config.rollout
+    if rollout.env_id is None:
         raise ConfigError("Rolling out needs an env (--env ENV).")
     values: dict[str, Any] = {
-        "env_id": config.env_id, "env_kwargs": dict(config.env_kwargs), "episodes": config.episodes_per_step,
-        "group_size": config.group_size, "concurrency": config.concurrency, "max_turns": config.max_turns,
-        "turn_budget": config.turn_budget,
-        "max_context_tokens": config.max_context_tokens, "max_tokens_per_turn": config.max_tokens,
-        "seeds": config.step_seeds(step), "sampling_seed": config.seed * 7_777 + step,
+        "env_id": rollout.env_id, "env_kwargs": dict(rollout.env_kwargs), "episodes": rollout.episodes_per_step,
+        "group_size": rollout.group_size, "concurrency": rollout.concurrency, "max_turns": rollout.max_turns,
+        "turn_budget": rollout.turn_budget,
+        "max_context_tokens": rollout.max_context_tokens, "max_tokens_per_turn": rollout.max_tokens,
+        "seeds": config.step_seeds(step), "sampling_seed": config.run.seed * 7_777 + step,
     }
     return RolloutConfig(**{**values, **changes})
 
@@ -66,26 +67,27 @@ async def collect_step(config: TrainConfig, step: int, policy: OpenAIPolicy,
 
 
 async def play_step(config: TrainConfig, step: int, base_url: str, model_name: str,
-                    renderer: ChatRenderer) -> StepRollout:
+                    renderer: ChatRenderer, *, api_key: str = "EMPTY") -> StepRollout:
     """:func:`collect_step` against the server at ``base_url``, requests naming ``model_name``.
 
-    Sampling and connections come from ``config``; both backends roll out through it.
+    Sampling and connections come from ``config``.
     """
-    sampling = SamplingConfig(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens)
-    async with OpenAIPolicy(base_url, model_name, api_key=config.api_key, sampling=sampling,
-                            max_connections=config.concurrency) as policy:
+    rollout = config.rollout
+    sampling = SamplingConfig(temperature=rollout.temperature, top_p=rollout.top_p, max_tokens=rollout.max_tokens)
+    async with OpenAIPolicy(base_url, model_name, api_key=api_key, sampling=sampling,
+                            max_connections=rollout.concurrency) as policy:
         return await collect_step(config, step, policy, renderer)
 
 
 async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> list[TrajectoryRow]:
     """``format_warmup_episodes`` episodes of the env's random well-formed policy, as rows."""
-    if config.env_id is None:
+    if config.rollout.env_id is None:
         return []
     rollout = rollout_config(
-        config, 0, episodes=config.format_warmup_episodes, group_size=1,
+        config, 0, episodes=config.warmup.format_warmup_episodes, group_size=1,
         concurrency=1,  # one at a time: the random policy's draws stay in order
-        seed=config.seed + _WARMUP_SEED_OFFSET, seeds=None, sampling_seed=None)
-    policy = RandomPolicy(seed=config.seed)
+        seed=config.run.seed + _WARMUP_SEED_OFFSET, seeds=None, sampling_seed=None)
+    policy = RandomPolicy(seed=config.run.seed)
     return await EnvManager(rollout, policy, renderer=renderer).run()
 
 

@@ -21,13 +21,13 @@ def export_command(
     out: Annotated[Path | None, typer.Option(
         help="Where to write the model (default: RUN/step-000036, beside RUN/final).")] = None,
 ) -> None:
-    """Write a checkpoint of `agentgym train --backend fsdp` as a transformers model folder.
+    """Write a checkpoint of `agentgym train` as a transformers model folder.
 
     A LoRA checkpoint holds only the adapters: they are merged into the model the
     run started from (its config.yaml says which). The folder then goes to
     `agentgym eval --model`, `agentgym serve --model` or `--model` of another run.
     """
-    from agentgym.trainers.fsdp.checkpoint import export_checkpoint, find_checkpoint
+    from agentgym.trainers.checkpoint import export_checkpoint, find_checkpoint
 
     try:
         folder = find_checkpoint(checkpoint, step)

@@ -1,8 +1,9 @@
 """``agentgym train`` and ``agentgym report``: learn from episodes, then look at the run.
 
-Settings come from the :class:`~agentgym.trainers.config.TrainConfig`
+Settings come from the :class:`~agentgym.trainers.settings.TrainConfig`
 defaults, then ``--config FILE.yaml``, then the flags given (a flag left out
-never overrides the file); ``--set KEY=VALUE`` reaches any other field.
+never overrides the file); ``--set NAME=VALUE`` reaches any other setting and
+``--settings`` lists them all.
 Across processes: ``torchrun --nproc-per-node N -m agentgym train --backend
 fsdp ...`` (every rank trains, rank 0 alone prints).
 """
@@ -16,42 +17,53 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from agentgym.cli.common import EnvKwargOption, MaxTurnsOption, TurnBudgetOption, console, fail, parse_env_kwargs
+from agentgym.cli.common import EnvKwargOption, console, fail, parse_env_kwargs
 from agentgym.errors import AgentGymError
+from agentgym.trainers.settings import setting_help
 
 __all__ = ["report_command", "train_command"]
 
-_SET_HELP = "Any TrainConfig field as KEY=VALUE (VALUE read as YAML), e.g. -s lr=5e-4 -s pack_sequences=true; repeatable."
+_SET_HELP = ("Any setting as NAME=VALUE (VALUE read as YAML), e.g. -s lr=5e-4 -s grpo.kl_coef=0.05; "
+             "repeatable. `agentgym train --settings` lists them all.")
+
+
+def _flag(name: str) -> Any:
+    """A flag whose help is the setting's own docstring (one source)."""
+    return typer.Option(help=setting_help(name))
 
 
 def train_command(
-    env_id: Annotated[str | None, typer.Option("--env", help="Env to train on, e.g. Bandit-LLM-v0.")] = None,
-    trainer: Annotated[str | None, typer.Option(help="Trainer: grpo or sft.")] = None,
-    backend: Annotated[str | None, typer.Option(help="fsdp (native PyTorch) or trl; default: the trainer's own (grpo: fsdp, sft: trl).")] = None,
-    model: Annotated[str | None, typer.Option(help="Model: 'tiny', a local folder or a hub id.")] = None,
-    base_url: Annotated[str | None, typer.Option(help="Server to roll out against (ending in /v1); none: start the built-in one.")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key for --base-url.")] = None,
-    engine: Annotated[str | None, typer.Option(help="What --base-url is: builtin or vllm (decides the weight sync).")] = None,
-    steps: Annotated[int | None, typer.Option(help="Training steps.")] = None,
-    group_size: Annotated[int | None, typer.Option(help="Episodes per seed (a GRPO group).")] = None,
-    episodes_per_step: Annotated[int | None, typer.Option(help="Episodes per step (a multiple of --group-size).")] = None,
-    max_turns: MaxTurnsOption = None,
-    turn_budget: TurnBudgetOption = None,
-    max_tokens: Annotated[int | None, typer.Option(help="Tokens one turn may sample.")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the run.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run folder (metrics, checkpoints, final model).")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue the run in --out from its newest checkpoint.")] = False,
-    trajectories: Annotated[Path | None, typer.Option(help="Train offline on the rows of this Parquet file (--trainer sft: several, comma-separated; a file named twice counts twice).")] = None,
-    lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help="Train a LoRA adapter (peft).")] = None,
-    tensorboard: Annotated[bool, typer.Option(help="Also log to TensorBoard.")] = False,
-    wandb: Annotated[bool, typer.Option(help="Also log to Weights & Biases.")] = False,
-    config_file: Annotated[Path | None, typer.Option("--config", help="YAML file of TrainConfig fields.")] = None,
+    env_id: Annotated[str | None, typer.Option("--env", help=setting_help("env_id"))] = None,
+    trainer: Annotated[str | None, _flag("trainer")] = None,
+    backend: Annotated[str | None, _flag("backend")] = None,
+    model: Annotated[str | None, _flag("model")] = None,
+    base_url: Annotated[str | None, _flag("base_url")] = None,
+    api_key: Annotated[str | None, _flag("api_key")] = None,
+    engine: Annotated[str | None, _flag("engine")] = None,
+    steps: Annotated[int | None, _flag("steps")] = None,
+    group_size: Annotated[int | None, _flag("group_size")] = None,
+    episodes_per_step: Annotated[int | None, _flag("episodes_per_step")] = None,
+    max_turns: Annotated[int | None, _flag("max_turns")] = None,
+    turn_budget: Annotated[int | None, _flag("turn_budget")] = None,
+    max_tokens: Annotated[int | None, _flag("max_tokens")] = None,
+    temperature: Annotated[float | None, _flag("temperature")] = None,
+    lr: Annotated[float | None, _flag("lr")] = None,
+    seed: Annotated[int | None, _flag("seed")] = None,
+    out: Annotated[Path | None, _flag("out")] = None,
+    resume: Annotated[bool, _flag("resume")] = False,
+    trajectories: Annotated[Path | None, _flag("trajectories")] = None,
+    lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help=setting_help("lora"))] = None,
+    tensorboard: Annotated[bool, _flag("tensorboard")] = False,
+    wandb: Annotated[bool, _flag("wandb")] = False,
+    config_file: Annotated[Path | None, typer.Option("--config", help="YAML file of settings (sections or flat names).")] = None,
     env_kwarg: EnvKwargOption = [],  # noqa: B006
     assignments: Annotated[list[str], typer.Option("--set", "-s", help=_SET_HELP)] = [],  # noqa: B006
+    settings: Annotated[bool, typer.Option("--settings", help="List every setting with its default and meaning, then exit.")] = False,
 ) -> None:
-    """Train a model on an env with RL (GRPO) or SFT; log, checkpoint, push weights to the server."""
+    """Train a model on an env with RL (GRPO) or on rollout files (SFT); log, checkpoint, push weights."""
+    if settings:
+        _print_settings()
+        return
     flags: dict[str, Any] = {
         "env_id": env_id, "trainer": trainer, "backend": backend, "model": model, "base_url": base_url,
         "api_key": api_key, "engine": engine, "steps": steps, "group_size": group_size,
@@ -74,33 +86,48 @@ def train_command(
         _print_result(config, result)
 
 
+def _print_settings() -> None:
+    """Every setting by section, its default and its help: the settings' own docstrings."""
+    from rich.table import Table
+
+    from agentgym.trainers.settings import setting_rows
+
+    table = Table(title="agentgym train settings (-s NAME=VALUE, or NAME: VALUE under its section in --config)",
+                  show_lines=False)
+    for column in ("setting", "default", "meaning"):
+        table.add_column(column, overflow="fold")
+    for section, name, default, help_text in setting_rows():
+        table.add_row(f"{section}.{name}", escape(default), escape(help_text))
+    console.print(table)
+
+
 def _is_main_process() -> bool:
     """Rank 0 under torchrun (the one that talks), or a lone process."""
     return int(os.environ.get("RANK", "0")) == 0
 
 
 def _load_config(config_file: Path | None, flags: dict[str, Any]) -> Any:
-    from agentgym.trainers.config import TrainConfig
+    from agentgym.trainers.settings import TrainConfig
 
-    base = TrainConfig.from_yaml(config_file).to_dict() if config_file is not None else {}
-    given = {key: value for key, value in flags.items() if value is not None}
-    return TrainConfig.from_dict({**base, **given})
+    if config_file is not None:
+        return TrainConfig.from_yaml(config_file, flags)
+    return TrainConfig.from_dict({key: value for key, value in flags.items() if value is not None})
 
 
 def _dispatch(config: Any) -> Any:
-    """Run the trainer the registry holds for (trainer, backend)."""
+    """Run the trainer through the run skeleton."""
     import transformers
 
-    from agentgym.trainers.registry import get_trainer
+    from agentgym.trainers.run import train
 
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break the live bar
-    run = get_trainer(config.trainer, config.backend)
     main = _is_main_process()
+    run = config.run
     if main:
-        console.print(f"Training {escape(config.model)} on {escape(str(config.env_id or config.trajectories))} "
-                      f"({escape(config.trainer)}, {escape(config.backend)}) for {config.steps} steps; "
-                      f"run folder {escape(config.out)}")
-    return run(config, console=console if main else None)
+        console.print(f"Training {escape(config.model.model)} on "
+                      f"{escape(str(config.rollout.env_id or config.rollout.trajectories))} ({escape(run.trainer)}, "
+                      f"{escape(str(run.backend or 'default backend'))}) for {run.steps} steps; run folder {escape(run.out)}")
+    return train(config, console=console if main else None)
 
 
 def _print_result(config: Any, result: Any) -> None:
@@ -108,13 +135,14 @@ def _print_result(config: Any, result: Any) -> None:
     if metrics and "success" in metrics[-1]:
         first, last = metrics[0], metrics[-1]
         console.print(f"Success rate: {first['success']:.0%} at the first step, {last['success']:.0%} at the last; "
-                      f"reward {first.get('reward', 0.0):.3f} -> {last.get('reward', 0.0):.3f}.")
-    out = getattr(result, "out", config.out)
+                      f"mean reward {first.get('reward', 0.0):.3f} -> {last.get('reward', 0.0):.3f}.")
+    out = getattr(result, "out", config.run.out)
     console.print(f"Metrics: {escape(str(Path(out) / 'metrics.jsonl'))}; "
                   f"report: agentgym report {escape(str(out))}")
     final = getattr(result, "final_model", None)
-    if final is not None and config.env_id:
-        console.print(f"Trained model: {escape(str(final))}; roll it out: agentgym rollout --env {escape(config.env_id)} "
+    env_id = config.rollout.env_id
+    if final is not None and env_id:
+        console.print(f"Trained model: {escape(str(final))}; roll it out: agentgym rollout --env {escape(env_id)} "
                       f"--model {escape(str(final))} --episodes 8")
 
 

@@ -13,7 +13,7 @@ import pytest
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.experts import expert_policy
 from agentgym.rollout.manager import EnvManager, RolloutConfig
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, TurnSpan, observation_hash
 from agentgym.rollout.storage import RolloutWriter
 
 
@@ -42,7 +42,9 @@ def make_row(tiny_renderer: ChatRenderer) -> RowFactory:
             prompt_ids=tiny_renderer.prompt_ids("Pick the best arm.", prompt),
             completion_ids=sampled + close, completion_mask=[1] * len(sampled) + [0] * len(close),
             logprobs=[logprob] * len(sampled) + [0.0] * len(close), reward=reward, success=reward > 0.5,
-            num_turns=1, terminated=True, stop_reason="terminated", policy_version=version)
+            num_turns=1, terminated=True, stop_reason="terminated", policy_version=version,
+            turns=[TurnSpan(turn=0, start=0, end=len(sampled), observation_hash=observation_hash(prompt))],
+            server_logprobs=logprob != 0.0)
 
     return make
 

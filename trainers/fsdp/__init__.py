@@ -1,6 +1,6 @@
-"""The native PyTorch trainer: FSDP2 under torchrun, a plain module in one process."""
+"""The native PyTorch backend: FSDP2 under torchrun, a plain module in one process
+(:mod:`~agentgym.trainers.fsdp.engine`)."""
 
 from agentgym.trainers.fsdp.distributed import Dist, init_distributed
-from agentgym.trainers.fsdp.trainer import FSDPTrainer
 
-__all__ = ["Dist", "FSDPTrainer", "init_distributed"]
+__all__ = ["Dist", "init_distributed"]
