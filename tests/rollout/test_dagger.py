@@ -23,10 +23,17 @@ from agentgym.rollout.policies import PlayOnly, RandomPolicy, expert_can_go_on
 from agentgym.rollout.policy import OpenAIPolicy
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.serve.stub import StubServer
-from agentgym.trainers.batch import turn_spans
 
 SOKOBAN = "Sokoban-LLM-v0"
 UP = "<answer>Up</answer>"
+
+
+def learned_spans(row: TrajectoryRow) -> list[tuple[int, int]]:
+    """(start, end) of the turns the row teaches: its listed turns with sampled tokens (played-only
+    turns are listed too, masked 0); together they cover exactly the mask's ones."""
+    spans = [(t.start, t.end) for t in row.turns if any(row.completion_mask[t.start:t.end])]
+    assert sum(end - start for start, end in spans) == sum(row.completion_mask)
+    return spans
 
 
 def _play(config: RolloutConfig, stub: StubServer, renderer: ChatRenderer, model_share: float,
@@ -47,7 +54,7 @@ def _turns(row: TrajectoryRow, renderer: ChatRenderer, **kwargs: object) -> list
     observation, _ = env.reset(seed=row.seed)
     expert = expert_policy(SOKOBAN)
     learned = [renderer.tokenizer.decode(row.completion_ids[start:end], skip_special_tokens=True)
-               for start, end in turn_spans(row.completion_mask)]
+               for start, end in learned_spans(row)]
     turns, next_learned = [], 0
     for message in (m for m in row.messages if m.role == "assistant"):
         is_learned = next_learned < len(learned) and learned[next_learned] == message.content

@@ -16,9 +16,17 @@ from agentgym.rollout.experts import expert_policy
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import read_rows
-from agentgym.trainers.batch import turn_spans
 
 SOKOBAN = "Sokoban-LLM-v0"
+
+
+def learned_spans(row: TrajectoryRow) -> list[tuple[int, int]]:
+    """(start, end) of the turns the row teaches: its listed turns with sampled tokens (the random
+    moves are listed too, masked 0); together they cover exactly the mask's ones."""
+    assert len(row.turns) == row.num_turns  # every move played is listed, learned or not
+    spans = [(t.start, t.end) for t in row.turns if any(row.completion_mask[t.start:t.end])]
+    assert sum(end - start for start, end in spans) == sum(row.completion_mask)
+    return spans
 
 
 def _play(config: RolloutConfig, policy: object, renderer: ChatRenderer) -> list[TrajectoryRow]:
@@ -59,7 +67,7 @@ def test_random_moves_are_played_but_only_the_experts_moves_are_learned(renderer
         # The tokens are the whole conversation, masked turns included (the model reads them).
         assert renderer.decode(row.prompt_ids + row.completion_ids) == renderer.tokenizer.apply_chat_template(
             [m.model_dump() for m in row.messages[:-1]], add_generation_prompt=False, tokenize=False)
-        spans = turn_spans(row.completion_mask)
+        spans = learned_spans(row)
         learned_moves = [renderer.tokenizer.decode(row.completion_ids[start:end], skip_special_tokens=True)
                          for start, end in spans]
         # Every learned turn is the expert's move from the position it was played in.
@@ -88,7 +96,7 @@ def test_a_random_move_never_leaves_a_position_the_expert_cannot_solve(renderer:
     assert all(row.error is None for row in rows)
     for row in rows:
         _replayed_labels(row, num_boxes=2, max_turns=40)  # the expert has a move from every position reached (else PolicyError)
-    masked = sum(row.num_turns - len(turn_spans(row.completion_mask)) for row in rows)
+    masked = sum(row.num_turns - len(learned_spans(row)) for row in rows)
     assert masked > 0.5 * sum(row.num_turns for row in rows)
 
 
@@ -121,7 +129,7 @@ def test_the_cli_writes_noisy_demos_and_refuses_noise_without_the_solver(tmp_pat
     assert result.exit_code == 0, result.output
     rows = read_rows(out)
     assert all(row.success for row in rows)
-    assert sum(len(turn_spans(row.completion_mask)) for row in rows) < sum(row.num_turns for row in rows)
+    assert sum(len(learned_spans(row)) for row in rows) < sum(row.num_turns for row in rows)
 
     for args, message in ((["--policy", "random", "--expert-noise", "0.2"], "needs --policy solver"),
                           (["--policy", "solver", "--expert-noise", "1"], "probability below 1")):
