@@ -76,3 +76,34 @@ def test_every_error_derives_from_the_root() -> None:
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert issubclass(cls, (errors.AgentGymError, errors.AgentGymWarning)), name
+
+
+#: What a user of the trainers reaches for, module by module (the rest of each __all__ may grow).
+_TRAINER_API = {
+    "agentgym.trainers.run": {"LoopState", "TrainResult", "train"},
+    "agentgym.trainers.settings": {"SECTIONS", "TrainConfig"},
+    "agentgym.trainers.learner": {"Learner", "build_learner", "engine_class"},
+    "agentgym.trainers.engine": {"Engine", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"},
+    "agentgym.trainers.grpo": {"GRPOLearner", "make_grpo"},
+    "agentgym.trainers.sft": {"SFTBatches", "SFTLearner", "length_grouped_order", "make_sft", "random_batch_order",
+                              "sft_passes", "sft_update", "trajectory_files"},
+    "agentgym.trainers.fsdp.engine": {"NativeEngine"},
+    "agentgym.trainers.trl_engine": {"TRLEngine"},
+    "agentgym.trainers.serving": {"Serving"},
+    "agentgym.trainers.checkpoint": {"export_checkpoint", "find_checkpoint", "latest_checkpoint", "list_checkpoints",
+                                     "load_checkpoint", "save_checkpoint"},
+    "agentgym.trainers.registry": {"get_learner_factory", "list_trainers", "register_trainer", "trainer_spec"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TRAINER_API))
+def test_the_trainer_layer_exports_its_pieces(name: str) -> None:
+    assert _TRAINER_API[name] <= set(importlib.import_module(name).__all__)
+
+
+@pytest.mark.parametrize("gone", ["agentgym.trainers.loop", "agentgym.trainers.trl_backend", "agentgym.trainers.config",
+                                  "agentgym.trainers.fsdp.trainer", "agentgym.trainers.fsdp.checkpoint"])
+def test_the_replaced_trainer_modules_are_gone(gone: str) -> None:
+    """One run skeleton, one settings module: the old entry points must not linger beside them."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(gone)
