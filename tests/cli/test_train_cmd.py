@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentgym.cli import app
-from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.settings import TrainConfig
 from agentgym.trainers.metrics import read_jsonl
 
 runner = CliRunner()
@@ -37,7 +37,8 @@ def test_train_offline_then_report(rows_file: Path, tmp_path: Path) -> None:
     assert f"agentgym report {tmp_path / 'run'}" in output
     assert len(read_jsonl(tmp_path / "run" / "metrics.jsonl")) == 2
     config = TrainConfig.from_yaml(tmp_path / "run" / "config.yaml")
-    assert config.pack_sequences is True and config.lr == 5e-4 and config.trajectories == str(rows_file)
+    assert config.native.pack_sequences is True and config.optim.lr == 5e-4
+    assert config.rollout.trajectories == str(rows_file)
     report = runner.invoke(app, ["report", str(tmp_path / "run")])
     assert report.exit_code == 0, report.output
     assert (tmp_path / "run" / "report.html").read_text().count("<svg") >= 6
@@ -49,18 +50,18 @@ def test_flags_override_the_config_file(rows_file: Path, tmp_path: Path) -> None
                                  "--episodes-per-step", "4", "--turn-budget", "5", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     config = TrainConfig.from_yaml(tmp_path / "run" / "config.yaml")
-    assert (config.steps, config.lr, config.seed, config.turn_budget) == (1, 1e-4, 9, 5)
+    assert (config.run.steps, config.optim.lr, config.run.seed, config.rollout.turn_budget) == (1, 1e-4, 9, 5)
 
 
 @pytest.mark.parametrize(("args", "message"), [
     (["train", "--steps", "2"], "Give an env to train on (--env ENV) or a rollout file"),
-    (["train", "--env", "Bandit-LLM-v0", "-s", "stepz=3"], "Unknown train config field 'stepz'. Did you mean 'steps'?"),
+    (["train", "--env", "Bandit-LLM-v0", "-s", "stepz=3"], "Unknown training setting 'stepz'. Did you mean 'steps'?"),
     (["train", "--env", "Bandit-LLM-v0", "-s", "lr"], "--set takes KEY=VALUE, got 'lr'."),
-    (["train", "--env", "Bandit-LLM-v0", "--backend", "jax"], "backend must be one of fsdp, trl; got 'jax'."),
+    (["train", "--env", "Bandit-LLM-v0", "--backend", "jax"], "Trainer 'grpo' has no backend 'jax'; it runs on fsdp, trl."),
     (["train", "--env", "Bandit-LLM-vO"], "Bandit-LLM-v0"),  # did you mean
 ])
-def test_bad_flags_say_what_to_do(args: list[str], message: str) -> None:
-    result = runner.invoke(app, args, terminal_width=300)
+def test_bad_flags_say_what_to_do(args: list[str], message: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "run")], terminal_width=300)
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
 
