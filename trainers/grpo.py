@@ -72,6 +72,7 @@ class GRPOLearner(Learner):
     """GRPO on a step's episodes (see the module's docstring)."""
 
     sections = frozenset({"rollout", "server", "warmup", "grpo", "experimental"})
+    ignored = frozenset({"group_by_length"})  # SFT's
 
     def __init__(self, config: TrainConfig, engine: Engine) -> None:
         super().__init__(config, engine)

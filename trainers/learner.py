@@ -52,8 +52,7 @@ def build_learner(learner: type[Learner], config: TrainConfig, dist: Dist) -> Le
     """``learner`` on the backend ``config`` names; a setting neither reads is an error, raised before
     the model is loaded."""
     engine = engine_class(str(config.run.backend))
-    config.check_used(set(_ALWAYS | learner.sections | engine.sections),
-                      set(learner.ignored.get(str(config.run.backend), frozenset())))
+    config.check_used(set(_ALWAYS | learner.sections | engine.sections), set(learner.ignored))
     return learner(config, engine(config, dist))
 
 
@@ -62,8 +61,8 @@ class Learner(abc.ABC):
 
     #: settings sections the learner reads, beside run, model, optim and its backend's
     sections: frozenset[str] = frozenset()
-    #: settings it leaves alone on a backend: backend -> names
-    ignored: dict[str, frozenset[str]] = {}
+    #: settings of the sections it reads that it still leaves alone (on every backend)
+    ignored: frozenset[str] = frozenset()
     #: where its rows come from: "episodes" (played, or whole groups of a file) or "batches" (of a file)
     data: Literal["episodes", "batches"] = "episodes"
 

@@ -39,7 +39,7 @@ from agentgym.trainers.metrics import MetricsLogger
 from agentgym.trainers.rollouts import OfflineGroups, drop_stale, episode_stats, format_warmup_rows
 from agentgym.trainers.serving import Serving
 from agentgym.trainers.settings import TrainConfig
-from agentgym.trainers.sft import SFTBatches, sft_update
+from agentgym.trainers.sft import SFTBatches, sft_update, trajectory_files
 
 __all__ = ["LoopState", "TrainResult", "train"]
 
@@ -82,8 +82,11 @@ def train(config: TrainConfig, *, console: Console | None = None, stop_after: in
     out = Path(config.run.out)
     _check_out(out, config)
     make_learner = get_learner_factory(config.run.trainer, config.run.backend)
+    if config.rollout.trajectories is not None:
+        trajectory_files(config.rollout.trajectories)  # a missing file fails before anything is loaded or written
     dist = init_distributed(device)
     learner = make_learner(config, dist)
+    data = _recorded_rows(config, learner)
     state, resumed_from = _resume(learner, out, config)
     if dist.is_main:
         config.save_yaml(out / "config.yaml")
@@ -95,7 +98,7 @@ def train(config: TrainConfig, *, console: Console | None = None, stop_after: in
             log.note(f"Resumed from {resumed_from} (step {state.step}).")
         _warm_up(config, learner, serving, state, log)
         serving.push(learner)  # the server starts from the learner's weights (warm-up, checkpoint)
-        next_rows = _row_source(config, learner, serving, log)
+        next_rows = _row_source(config, learner, data, serving, log)
         settled = engine.optimizer_steps  # the learner as it was after the last whole step
         try:
             for step in range(state.step, config.run.steps):
@@ -104,7 +107,8 @@ def train(config: TrainConfig, *, console: Console | None = None, stop_after: in
                 train_started = time.perf_counter()
                 metrics.update(learner.train_step(rows))
                 metrics["time/train"] = time.perf_counter() - train_started
-                metrics["time/sync"] = serving.push(learner)
+                if serving.pushes:
+                    metrics["time/sync"] = serving.push(learner)
                 metrics.update({"time/step": time.perf_counter() - started, "policy_version": float(learner.version)})
                 log.log(step, metrics)
                 result.metrics.append(metrics)
@@ -133,19 +137,30 @@ def train(config: TrainConfig, *, console: Console | None = None, stop_after: in
 RowSource = Callable[[int, int], tuple[list[TrajectoryRow], dict[str, float], int]]
 
 
-def _row_source(config: TrainConfig, learner: Learner, serving: Serving, log: MetricsLogger) -> RowSource:
+def _recorded_rows(config: TrainConfig, learner: Learner) -> SFTBatches | OfflineGroups | None:
+    """The rows of the rollout files, read before the run folder is written (a file without usable
+    rows leaves nothing behind): batches (SFT) or whole groups (offline GRPO); None when playing."""
+    if learner.data == "batches":
+        return SFTBatches(config)
+    if config.rollout.trajectories is not None:
+        return OfflineGroups(config.rollout.trajectories, config.rollout.episodes_per_step)
+    return None
+
+
+def _row_source(config: TrainConfig, learner: Learner, data: SFTBatches | OfflineGroups | None, serving: Serving,
+                log: MetricsLogger) -> RowSource:
     """``rows(step, position) -> (rows, metrics, next position)`` for the learner's kind of data:
     batches of a file (SFT), whole groups of a file (offline GRPO), or episodes played now."""
     dist = learner.engine.dist
-    if learner.data == "batches":
-        batches = SFTBatches(config)
+    if isinstance(data, SFTBatches):
+        batches = data
         log.note(f"{len(batches.rows)} successful rows of {batches.total} in {config.rollout.trajectories}.")
 
         def batch(step: int, position: int) -> tuple[list[TrajectoryRow], dict[str, float], int]:
             return batches.rows_of_step(step), {"train_rows": float(len(batches.rows))}, position
         return batch
-    if config.rollout.trajectories is not None:
-        groups = OfflineGroups(config.rollout.trajectories, config.rollout.episodes_per_step)
+    if isinstance(data, OfflineGroups):
+        groups = data
 
         def offline(step: int, position: int) -> tuple[list[TrajectoryRow], dict[str, float], int]:
             rows, after = groups.take(position)

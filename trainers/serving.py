@@ -43,6 +43,11 @@ class Serving:
     def online(self) -> bool:
         return self.config.rollout.trajectories is None
 
+    @property
+    def pushes(self) -> bool:
+        """Whether :meth:`push` sends weights anywhere (online, with ``server.sync_weights``)."""
+        return self.online and self.config.server.sync_weights
+
     def __enter__(self) -> Self:
         if not self.main or not self.online:
             return self
@@ -79,7 +84,7 @@ class Serving:
 
         Every rank must call it: gathering sharded weights is a collective.
         """
-        if not self.config.server.sync_weights or not self.online:
+        if not self.pushes:
             return 0.0
         started = time.perf_counter()
         weights = learner.weights()

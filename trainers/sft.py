@@ -79,6 +79,11 @@ class SFTLearner(Learner):
     """Fine-tuning on a batch of rows a step (see the module's docstring)."""
 
     sections = frozenset({"rollout", "sft", "experimental"})
+    #: SFT reads its rows from files: nothing of playing, and GRPO's options
+    ignored = frozenset({"env_id", "env_kwargs", "group_size", "episodes_per_step", "max_turns", "turn_budget",
+                         "max_tokens", "temperature", "top_p", "concurrency", "level_seeds", "max_staleness",
+                         "filter_uniform_success", "turn_advantage_weight", "turn_discount",
+                         "negative_advantage_weight", "mini_batches", "epochs"})
     data = "batches"
 
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:

@@ -97,3 +97,11 @@ def test_a_grid_row_is_one_token_per_cell(tiny_model: str) -> None:
     assert len(tokenizer.encode(row)) == len(row)  # √ is two bytes, one token
     assert len(tokenizer.encode("##########")) == 10
     assert tokenizer.convert_ids_to_tokens(tokenizer.encode(" Left"))[0] == "ĠLeft"  # words still merge
+
+
+def test_a_model_path_that_holds_no_model_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--model '/nonexistent/model' does not exist\. Give a folder"):
+        resolve_model("/nonexistent/model")
+    with pytest.raises(ConfigError, match=r"is not a model folder \(no config.json in it\)"):
+        resolve_model(str(tmp_path))
+    assert resolve_model("org/name") == "org/name"  # a hub id: left to transformers
