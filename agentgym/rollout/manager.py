@@ -28,7 +28,7 @@ from agentgym.registry import env_info
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.policies import ExpertCorrection, PlayOnly, Policy
 from agentgym.rollout.policy import Generation, OpenAIPolicy
-from agentgym.rollout.rows import Message, TrajectoryRow
+from agentgym.rollout.rows import Message, TrajectoryRow, TurnSpan, observation_hash
 
 __all__ = ["EnvManager", "RolloutConfig"]
 
@@ -124,9 +124,16 @@ class _Segment:
     prompt_length: int = field(init=False)
     completion_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    turns: list[TurnSpan] = field(default_factory=list)
+    #: every turn's logprobs came from the server (False once one did not)
+    server_logprobs: bool = True
 
     def __post_init__(self) -> None:
         self.prompt_length = len(self.ids)
+
+    @property
+    def completion_length(self) -> int:
+        return len(self.completion_mask)
 
     def add(self, ids: list[int], *, sampled: bool, logprobs: list[float] | None = None) -> None:
         self.ids += ids
@@ -361,11 +368,13 @@ class EnvManager:
         return zlib.crc32(repr(key).encode())
 
     def _record_generation(self, episode: _Episode, generation: Generation) -> None:
+        observation = episode.messages[-1].content  # what this turn acted on
         episode.messages.append(Message(role="assistant", content=generation.text))
         episode.policy_version = generation.policy_version
         if self.renderer is None:
             return
         ids, logprobs = generation.token_ids, generation.logprobs
+        from_server = generation.server_logprobs and ids is not None
         if ids is None:  # chat mode or a model-free policy: the text is all we have
             ids = self.renderer.tokenizer.encode(generation.text, add_special_tokens=False)
             if generation.finish_reason == "stop":
@@ -381,7 +390,12 @@ class EnvManager:
             else:  # nothing recorded on the old prompt yet: no empty row
                 episode.segments[-1] = seen
         segment = episode.segments[-1]
+        start = segment.completion_length
         segment.add(ids, sampled=generation.learn, logprobs=logprobs)
+        # The turn's number is the count of turns the env has stepped: its index in turn_rewards.
+        segment.turns.append(TurnSpan(turn=len(episode.turn_rewards), start=start, end=start + len(ids),
+                                      observation_hash=observation_hash(observation)))
+        segment.server_logprobs = segment.server_logprobs and from_server
         segment.add(self.renderer.close_turn_ids(ids), sampled=False)
 
     def _rows(self, episode: _Episode) -> list[TrajectoryRow]:
@@ -398,6 +412,8 @@ class EnvManager:
         return [
             TrajectoryRow(row_index=number, prompt_ids=segment.ids[: segment.prompt_length],
                           completion_ids=segment.ids[segment.prompt_length :],
-                          completion_mask=segment.completion_mask, logprobs=segment.logprobs, **common)
+                          completion_mask=segment.completion_mask, logprobs=segment.logprobs,
+                          turns=segment.turns, server_logprobs=segment.server_logprobs and bool(segment.turns),
+                          **common)
             for number, segment in enumerate(segments)
         ]

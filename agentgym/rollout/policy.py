@@ -82,6 +82,8 @@ class Generation:
     attempts: int = 1
     #: False for an action played but not to be learned (a :class:`PlayOnly`): recorded with mask 0
     learn: bool = True
+    #: True when ``logprobs`` came from the server (it may answer without them: zeros then)
+    server_logprobs: bool = False
 
 
 class OpenAIPolicy:
@@ -306,6 +308,7 @@ def _generation(response: dict[str, Any], attempts: int) -> Generation:
         logprobs=[float(x) for x in logprobs] if logprobs else [0.0] * len(token_ids),
         prompt_ids=choice.get("prompt_token_ids") or response.get("prompt_token_ids"),
         policy_version=int(version) if version is not None else None, attempts=attempts,
+        server_logprobs=bool(logprobs),
     )
 
 

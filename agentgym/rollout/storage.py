@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.rows import ARROW_SCHEMA, TrajectoryRow
+from agentgym.rollout.rows import ARROW_SCHEMA, DERIVED_COLUMNS, TrajectoryRow, derive_turns
 
-__all__ = ["RolloutWriter", "done_episodes", "load_rollouts", "read_rows"]
+__all__ = ["RolloutWriter", "done_episodes", "load_rollouts", "read_rows", "read_table"]
 
 
 def _parts_dir(out: Path) -> Path:
@@ -40,11 +40,25 @@ def _existing_files(out: Path) -> list[Path]:
     return files
 
 
+def read_table(file: str | Path) -> pa.Table:
+    """One file's rows as a table of :data:`ARROW_SCHEMA`.
+
+    A file written before rows kept their turns gets ``turns`` and
+    ``server_logprobs`` derived here (:func:`~agentgym.rollout.rows.derive_turns`).
+    """
+    names = set(pq.read_schema(file).names)
+    if all(column in names for column in DERIVED_COLUMNS):
+        return pq.read_table(file, schema=ARROW_SCHEMA)
+    old = [field for field in ARROW_SCHEMA if field.name not in DERIVED_COLUMNS]
+    records = pq.read_table(file, schema=pa.schema(old)).to_pylist()
+    return pa.Table.from_pylist(derive_turns(records), schema=ARROW_SCHEMA)
+
+
 def read_rows(out: str | Path) -> list[TrajectoryRow]:
     """Every row in ``out`` and in parts a crashed run left beside it."""
     rows = []
     for file in _existing_files(Path(out)):
-        for record in pq.read_table(file, schema=ARROW_SCHEMA).to_pylist():
+        for record in read_table(file).to_pylist():
             rows.append(TrajectoryRow.model_validate(record))
     return rows
 
@@ -113,7 +127,7 @@ class RolloutWriter:
         """Flush, merge ``out`` and the parts into ``out``, remove the parts."""
         self.flush()
         files = _existing_files(self.out)
-        tables = [pq.read_table(file, schema=ARROW_SCHEMA) for file in files]
+        tables = [read_table(file) for file in files]
         table = pa.concat_tables(tables) if tables else ARROW_SCHEMA.empty_table()
         staging = self.out.with_name(self.out.name + ".tmp")
         pq.write_table(table, staging)
