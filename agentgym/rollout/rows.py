@@ -17,6 +17,7 @@ the mask. ``server_logprobs`` says whether ``logprobs`` are the server's.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 

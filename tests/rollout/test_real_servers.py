@@ -11,7 +11,7 @@ import pytest
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, observation_hash
 from alignment import assert_aligned
 
 
@@ -56,7 +56,28 @@ def test_a_rollout_records_aligned_tokens_and_real_logprobs(server: tuple[str, s
         assert any(lp < 0 for lp in sampled)  # sampled at temperature 1 from a random model
 
 
+def test_each_turns_span_is_exactly_the_tokens_the_server_sampled(server: tuple[str, str],
+                                                                  renderer: ChatRenderer) -> None:
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=3, max_turns=4, max_tokens_per_turn=12,
+                           max_context_tokens=2048, concurrency=3, seed=4)
+    rows = rollout(server, renderer, config)
+    for row in rows:
+        assert row.error is None and row.server_logprobs
+        assert [span.turn for span in row.turns] == list(range(len(row.turn_rewards)))
+        assistant = [m.content for m in row.messages if m.role == "assistant"]
+        users = [m.content for m in row.messages if m.role == "user"][: len(assistant)]  # the last one ends it
+        for span, text, seen in zip(row.turns, assistant, users, strict=True):
+            ids = row.completion_ids[span.start:span.end]
+            # The server's text leaves special tokens out (vLLM's skip_special_tokens) and holds
+            # back a UTF-8 character cut off by max_tokens.
+            assert renderer.tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd") == text.rstrip("\ufffd")
+            assert row.completion_mask[span.start:span.end] == [1] * len(ids)
+            assert span.end == len(row.completion_mask) or row.completion_mask[span.end] == 0
+            assert span.observation_hash == observation_hash(seen)  # user message k is turn k's observation
+
+
 def test_chat_mode_retokenizes_and_says_so(server: tuple[str, str], renderer: ChatRenderer) -> None:
     config = RolloutConfig(env_id="Bandit-LLM-v0", episodes=2, max_tokens_per_turn=8, chat_mode=True)
     rows = rollout(server, renderer, config)
     assert all(row.error is None and row.retokenized and row.num_turns == 1 for row in rows)
+    assert all(not row.server_logprobs and len(row.turns) == 1 for row in rows)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.rows import ARROW_SCHEMA, Message, TrajectoryRow
+from agentgym.rollout.rows import ARROW_SCHEMA, Message, TrajectoryRow, TurnSpan, observation_hash
 from agentgym.rollout.storage import RolloutWriter, done_episodes, load_rollouts, read_rows
 
 
@@ -15,6 +15,7 @@ def row(group: int, index: int) -> TrajectoryRow:
         seed=group, prompt_ids=[1, 2], completion_ids=[3, 4, 5], completion_mask=[1, 1, 0],
         logprobs=[-0.5, -0.25, 0.0], reward=1.5, turn_rewards=[0.5, 1.0], success=True, num_turns=2,
         terminated=True, stop_reason="terminated", messages=[Message(role="user", content="hi")],
+        turns=[TurnSpan(turn=0, start=0, end=2, observation_hash=observation_hash("hi"))], server_logprobs=True,
     )
 
 
@@ -34,6 +35,8 @@ def test_rows_round_trip_through_parquet_and_datasets(tmp_path: Path) -> None:
     loaded = datasets.load_dataset("parquet", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
     assert loaded["completion_ids"] == [[3, 4, 5], [3, 4, 5]] and loaded["episode_id"] == ["e0-0", "e0-1"]
     assert dataset[0]["completion_mask"] == [1, 1, 0] and dataset[0]["messages"][0]["content"] == "hi"
+    assert loaded["turns"][0] == [{"turn": 0, "start": 0, "end": 2, "observation_hash": observation_hash("hi")}]
+    assert loaded["server_logprobs"] == [True, True]
     assert not (tmp_path / "rollouts.parquet.parts").exists()
 
 
