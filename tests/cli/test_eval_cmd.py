@@ -17,7 +17,7 @@ from agentgym.cli.eval_cmd import EVAL_FILE, EvalResult, add_result, run_dir_of
 from agentgym.rollout.seeds import read_seeds
 from agentgym.rollout.storage import read_rows
 from agentgym.trainers import report
-from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.settings import TrainConfig
 
 runner = CliRunner()
 COMPARE_EVALS = Path(__file__).parents[2] / "scripts" / "compare_evals.py"
@@ -106,7 +106,8 @@ def test_failed_seeds_out_names_the_levels_lost_and_train_reads_them(tmp_path: P
     lost = sorted(row.seed for row in read_rows(episodes) if not row.success)
     assert lost and read_seeds(seeds_file) == lost
     assert f"{len(lost)} failed level(s) written to" in _flat(result.output)
-    config = TrainConfig(env_id="Sokoban-LLM-v0", episodes_per_step=8, group_size=8, level_seeds=str(seeds_file))
+    config = TrainConfig.from_dict({"env_id": "Sokoban-LLM-v0", "episodes_per_step": 8, "group_size": 8,
+                                    "level_seeds": str(seeds_file)})
     assert [config.step_seeds(step)[0] for step in range(len(lost))] == lost
 
     again = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--policy", "random", "--episodes", "2",
