@@ -6,12 +6,11 @@ import math
 import pytest
 import torch
 
-from agentgym.rollout.rows import TrajectoryRow
+from agentgym.rollout.rows import TrajectoryRow, derive_turns, observation_hash
 from agentgym.trainers.algorithms import discounted_returns
 from agentgym.trainers.batch import (
     TrainSequence,
     collate,
-    has_rollout_logprobs,
     packed_attention_mask,
     plan_micro_batches,
     playing_turn_advantages,
@@ -20,8 +19,6 @@ from agentgym.trainers.batch import (
     token_advantages,
     turn_advantages,
     turn_credit_share,
-    turn_observations,
-    turn_spans,
 )
 from trainer_helpers import with_turn_rewards
 
@@ -67,9 +64,15 @@ def test_rows_of_one_episode_share_its_advantage(make_row) -> None:
 
 
 def test_rollout_logprobs_known_only_from_a_server(make_row) -> None:
-    assert has_rollout_logprobs(make_row(logprob=-0.3))
-    assert not has_rollout_logprobs(make_row(logprob=0.0))  # a model-free policy's row
-    assert not has_rollout_logprobs(make_row(logprob=-0.3).model_copy(update={"retokenized": True}))
+    """A sequence's importance correction uses the row's logprobs only when the row says they are the
+    server's; files written before rows said so derive it: not retokenized, and non-zero."""
+    served, model_free = make_row(logprob=-0.3), make_row(logprob=0.0)
+    assert served.server_logprobs and not model_free.server_logprobs
+    unknown = served.model_copy(update={"server_logprobs": False})  # e.g. an expert-replaced turn's zeros
+    sequences = to_sequences([served, model_free, unknown], [1.0, 1.0, 1.0])
+    assert [s.has_rollout_logprobs for s in sequences] == [True, False, False]
+    old = [row.to_record() for row in (served, model_free, served.model_copy(update={"retokenized": True}))]
+    assert [record["server_logprobs"] for record in derive_turns(old)] == [True, False, False]
 
 
 def test_sequences_skip_rows_that_cannot_teach(make_row) -> None:
@@ -92,14 +95,47 @@ def test_sequences_are_cut_to_the_max_length(make_row) -> None:
     assert to_sequences([row], [1.0], max_length=len(row.prompt_ids)) == []
 
 
-def test_turn_spans_are_the_runs_of_sampled_tokens() -> None:
-    assert turn_spans([1, 1, 0, 0, 1, 0, 1, 1]) == [(0, 2), (4, 5), (6, 8)]
-    assert turn_spans([0, 0]) == [] and turn_spans([]) == []
+def _runs_of_one(mask: list[int]) -> list[tuple[int, int]]:
+    runs, start = [], None
+    for index, bit in enumerate([*mask, 0]):
+        if bit and start is None:
+            start = index
+        elif not bit and start is not None:
+            runs.append((start, index))
+            start = None
+    return runs
+
+
+def _observations(row: TrajectoryRow) -> list[str]:
+    """What the policy had just read before each of its turns: the env's last message."""
+    seen, last = [], ""
+    for message in row.messages:
+        if message.role == "assistant":
+            seen.append(last)
+        elif message.role == "user":
+            last = message.content
+    return seen
+
+
+def test_a_rows_turns_are_its_sampled_runs_with_the_observation_each_acted_on(stall_rows) -> None:
+    for row in stall_rows:
+        assert [(t.start, t.end) for t in row.turns] == _runs_of_one(row.completion_mask)
+        assert [t.turn for t in row.turns] == list(range(row.num_turns))
+        assert [t.observation_hash for t in row.turns] == [observation_hash(o) for o in _observations(row)]
+
+
+def test_rows_of_old_files_get_the_same_turns_derived(stall_rows) -> None:
+    """A file written before rows kept their turns: runs of sampled tokens, numbered across an
+    episode's rows, each with the last observation before its assistant message."""
+    records = [row.model_dump(exclude={"turns", "server_logprobs"}) for row in stall_rows]
+    derived = derive_turns(records)
+    assert [record["turns"] for record in derived] == [[t.model_dump() for t in row.turns] for row in stall_rows]
+    assert derive_turns([{**records[0], "completion_mask": [0] * len(records[0]["completion_mask"])}])[0]["turns"] == []
 
 
 def _sampled(row: TrajectoryRow, values: list[float]) -> list[list[float]]:
     """Each turn's advantages, from a row's per-token list."""
-    return [values[start:end] for start, end in turn_spans(row.completion_mask)]
+    return [values[t.start:t.end] for t in row.turns]
 
 
 def test_without_turn_weight_every_sampled_token_gets_its_episodes_advantage(stall_rows) -> None:
@@ -110,8 +146,9 @@ def test_without_turn_weight_every_sampled_token_gets_its_episodes_advantage(sta
 
 def test_turns_from_the_same_observation_are_compared_by_their_return(stall_rows) -> None:
     solver, late, stuck = stall_rows
-    assert turn_observations(solver)[0] == turn_observations(late)[0] == turn_observations(stuck)[0]
-    assert turn_observations(late)[1] == turn_observations(late)[2] == turn_observations(stuck)[1]  # after a stall
+    seen = [[t.observation_hash for t in row.turns] for row in stall_rows]
+    assert seen[0][0] == seen[1][0] == seen[2][0]
+    assert seen[1][1] == seen[1][2] == seen[2][1]  # after a stall
     turns = turn_advantages(stall_rows, "dr_grpo", discount=0.9)
     # The first turn: all three acted on the level as dealt; dr_grpo centres their returns.
     first = [discounted_returns(row.turn_rewards, 0.9)[0] for row in stall_rows]
@@ -154,13 +191,15 @@ def test_gigpo_tokens_add_their_turns_advantage_to_the_episodes(stall_rows) -> N
 
 def test_an_episode_split_into_rows_keeps_its_turns_in_order(stall_rows) -> None:
     late = stall_rows[1]
-    cut = turn_spans(late.completion_mask)[2][0]  # the second row starts at turn 2
-    head = late.model_copy(update={"completion_ids": late.completion_ids[:cut],
+    cut = late.turns[2].start  # the second row starts at turn 2, its turns numbered on across the rows
+    head = late.model_copy(update={"completion_ids": late.completion_ids[:cut], "turns": late.turns[:2],
                                    "completion_mask": late.completion_mask[:cut], "logprobs": late.logprobs[:cut]})
     tail = late.model_copy(update={
         "row_index": 1, "prompt_ids": late.prompt_ids + late.completion_ids[:cut],
         "completion_ids": late.completion_ids[cut:], "completion_mask": late.completion_mask[cut:],
-        "logprobs": late.logprobs[cut:]})
+        "logprobs": late.logprobs[cut:],
+        "turns": [t.model_copy(update={"start": t.start - cut, "end": t.end - cut}) for t in late.turns[2:]]})
+    assert [t.turn for t in tail.turns] == list(range(2, late.num_turns))
     whole = token_advantages(stall_rows, "grpo", turn_weight=1.0)[1]
     split = token_advantages([stall_rows[0], head, tail, stall_rows[2]], "grpo", turn_weight=1.0)
     assert split[1] + split[2] == whole
@@ -256,12 +295,12 @@ def _reference_logprobs(model, sequence: TrainSequence) -> torch.Tensor:
 
 @pytest.mark.parametrize("pack", [True, False])
 def test_packed_and_padded_logprobs_match_each_sequence_alone(tiny_model: str, pack: bool) -> None:
-    from transformers import AutoModelForCausalLM
+    from agentgym.trainers.fsdp.distributed import Dist
+    from agentgym.trainers.fsdp.engine import NativeEngine
+    from agentgym.trainers.settings import TrainConfig
 
-    from agentgym.trainers.config import TrainConfig
-    from agentgym.trainers.fsdp import FSDPTrainer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    engine = NativeEngine(TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "model": tiny_model}), Dist())
+    model = engine.model
     generator = torch.Generator().manual_seed(0)
     sequences = []
     for prompt, completion in [(5, 3), (9, 6), (4, 2), (7, 1)]:
@@ -269,10 +308,8 @@ def test_packed_and_padded_logprobs_match_each_sequence_alone(tiny_model: str, p
         sequences.append(TrainSequence(ids, prompt, [1] * completion, [0.0] * completion, False, [1.0] * completion))
     batch = collate(sequences, pack=pack, pad_id=0)
     assert batch.input_ids.shape[0] == (1 if pack else len(sequences))
-    trainer = FSDPTrainer.__new__(FSDPTrainer)  # only compute_logprobs is used: no optimiser needed
-    trainer.config = TrainConfig(env_id="Bandit-LLM-v0")
     with torch.no_grad():
-        logprobs, entropy = trainer.compute_logprobs(model, batch, with_entropy=True)
+        logprobs, entropy = engine.logprobs(batch, with_entropy=True)
         for s, sequence in enumerate(sequences):
             n = sequence.completion_length
             torch.testing.assert_close(logprobs[s, :n], _reference_logprobs(model, sequence), atol=1e-5, rtol=0)

@@ -9,7 +9,6 @@ import openai
 import torch
 
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.batch import turn_spans
 
 #: Fixed token-id prompts (ids of the tiny vocabulary) and how much to decode of each.
 PROMPTS = [[1, 5, 6, 7], [1, 40, 41, 42, 43, 44], [1, 300, 200, 100, 9], [1, 77], [2, 9, 500, 8]]
@@ -62,8 +61,9 @@ def all_greedy(base_url: str, model_name: str) -> list[list[int]]:
 
 def with_turn_rewards(row: TrajectoryRow, rewards: list[float]) -> TrajectoryRow:
     """The row's first two turns, paid ``rewards``: a two-turn episode, whatever it played."""
-    cut = turn_spans(row.completion_mask)[1][1]
+    cut = row.turns[1].end
     messages = row.messages[:5]  # system, level, turn 0, reply, turn 1
     return row.model_copy(update={"completion_ids": row.completion_ids[:cut], "logprobs": row.logprobs[:cut],
+                                  "turns": row.turns[:2],
                                   "completion_mask": row.completion_mask[:cut], "turn_rewards": rewards,
                                   "reward": sum(rewards), "num_turns": 2, "messages": messages})
