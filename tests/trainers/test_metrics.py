@@ -11,13 +11,13 @@ import pytest
 
 from agentgym.errors import ConfigError, MissingDependencyError
 from agentgym.rollout.rows import Message
-from agentgym.trainers.config import TrainConfig
 from agentgym.trainers.metrics import MetricsLogger, read_jsonl, step_line
 from agentgym.trainers.report import render_report, svg_chart, write_report
+from agentgym.trainers.settings import TrainConfig
 
 
 def _config(**changes: object) -> TrainConfig:
-    return TrainConfig(env_id="Bandit-LLM-v0", steps=5, **changes)
+    return TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "steps": 5, **changes})
 
 
 def test_jsonl_has_one_record_per_step_and_resume_drops_later_ones(tmp_path: Path) -> None:

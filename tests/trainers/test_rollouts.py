@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from agentgym.parsing import extract_answer
-from agentgym.trainers.config import TrainConfig
 from agentgym.rollout.storage import RolloutWriter
+from agentgym.trainers.settings import TrainConfig
 from agentgym.trainers.rollouts import OfflineGroups, drop_stale, episode_stats, format_warmup_rows, rollout_config
 
 
@@ -30,7 +30,7 @@ def test_episode_stats_count_episodes_not_rows(make_row) -> None:
 
 
 def test_format_warmup_episodes_are_well_formed_and_reproducible(tiny_renderer) -> None:
-    config = TrainConfig(env_id="Bandit-LLM-v0", format_warmup_episodes=12, seed=4)
+    config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "format_warmup_episodes": 12, "seed": 4})
     rows = asyncio.run(format_warmup_rows(config, tiny_renderer))
     again = asyncio.run(format_warmup_rows(config, tiny_renderer))
     assert len(rows) == 12 and [r.completion_ids for r in rows] == [r.completion_ids for r in again]
@@ -42,14 +42,14 @@ def test_format_warmup_episodes_are_well_formed_and_reproducible(tiny_renderer) 
 
 
 def test_each_step_has_its_own_seeds_and_seeded_sampling() -> None:
-    config = TrainConfig(env_id="Bandit-LLM-v0", seed=2)
+    config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "seed": 2})
     first, second = rollout_config(config, 0), rollout_config(config, 1)
     assert set(first.seeds).isdisjoint(second.seeds) and first.sampling_seed != second.sampling_seed
-    assert first.episodes == config.episodes_per_step and first.max_tokens_per_turn == config.max_tokens
+    assert first.episodes == config.rollout.episodes_per_step and first.max_tokens_per_turn == config.rollout.max_tokens
 
 
 def test_the_turn_budget_reaches_the_rollout_and_leaves_the_env_alone() -> None:
-    rollout = rollout_config(TrainConfig(env_id="Sokoban-LLM-v0", turn_budget=12), 0)
+    rollout = rollout_config(TrainConfig.from_dict({"env_id": "Sokoban-LLM-v0", "turn_budget": 12}), 0)
     assert rollout.turn_budget == 12 and "max_turns" not in rollout.make_env_kwargs()
 
 
@@ -65,7 +65,7 @@ def test_offline_steps_take_whole_groups_round_and_round(make_row, tmp_path: Pat
     assert groups_of == [[0, 1], [0, 2], [1, 2], [0, 1]]  # step 1 wraps: groups 2 then 0
     assert len(offline.rows_of_step(0)) == 5 and all(row.error is None for row in offline.rows_of_step(3))
     position, walked = 0, []
-    for _ in range(4):  # what the fsdp loop does, carrying the position in its checkpoint
+    for _ in range(4):  # what the run skeleton does, carrying the position in its checkpoint
         rows, position = offline.take(position)
         walked.append(rows)
     assert walked == [offline.rows_of_step(step) for step in range(4)]
