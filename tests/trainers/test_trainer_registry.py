@@ -10,16 +10,28 @@ import pytest
 
 from agentgym.errors import ConfigError, PluginLoadWarning, RegistryError, UnknownTrainerError
 from agentgym.trainers import registry
-from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.registry import get_trainer, list_trainers, register_trainer, trainer_spec
+from agentgym.trainers.fsdp.distributed import Dist
+from agentgym.trainers.learner import Learner
+from agentgym.trainers.registry import get_learner_factory, list_trainers, register_trainer, trainer_spec
+from agentgym.trainers.settings import TrainConfig
 
-CALLS: list[tuple[str, Any]] = []
+CALLS: list[tuple[str, int]] = []
 
 
-def echo_trainer(config: TrainConfig, console: Any = None) -> dict[str, Any]:
-    """A third-party trainer: records that it ran and what it was given."""
-    CALLS.append((config.trainer, console))
-    return {"trained": config.env_id}
+class EchoLearner(Learner):
+    """A third-party trainer's learner: records the rows it is given, learns nothing."""
+
+    def train_step(self, rows: Any) -> dict[str, float]:
+        CALLS.append((self.config.run.trainer, len(rows)))
+        self.engine.version += 1
+        return {"echoed_rows": float(len(rows))}
+
+
+def echo_trainer(config: TrainConfig, dist: Dist) -> Learner:
+    """The plugin's entry point, on a backend of its own (here: the native engine under another name)."""
+    from agentgym.trainers.fsdp.engine import NativeEngine
+
+    return EchoLearner(config, NativeEngine(config, dist))
 
 
 def register_echo() -> None:
@@ -40,23 +52,23 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def test_grpo_runs_on_both_backends_and_sft_on_trl() -> None:
+def test_grpo_and_sft_run_on_both_backends() -> None:
     names = {spec.name: spec for spec in list_trainers()}
     assert {"grpo", "sft"} <= set(names)
-    assert names["grpo"].backends == {"fsdp": "agentgym.trainers.loop:run_training",
-                                      "trl": "agentgym.trainers.trl_backend:run_trl"}
+    assert names["grpo"].backends == {"fsdp": "agentgym.trainers.grpo:make_grpo",
+                                      "trl": "agentgym.trainers.grpo:make_grpo"}
     assert names["grpo"].default_backend == "fsdp"
-    assert names["sft"].backends == {"trl": "agentgym.trainers.sft:run_sft"}
+    assert names["sft"].backends == {"trl": "agentgym.trainers.sft:make_sft", "fsdp": "agentgym.trainers.sft:make_sft"}
+    assert names["sft"].default_backend == "trl"
 
 
-def test_get_trainer_imports_the_function() -> None:
-    from agentgym.trainers.loop import run_training
-    from agentgym.trainers.sft import run_sft
-    from agentgym.trainers.trl_backend import run_trl
+def test_get_learner_factory_imports_the_function() -> None:
+    from agentgym.trainers.grpo import make_grpo
+    from agentgym.trainers.sft import make_sft
 
-    assert get_trainer("grpo", "trl") is run_trl
-    assert get_trainer("grpo", "fsdp") is get_trainer("grpo") is run_training
-    assert get_trainer("sft") is get_trainer("sft", "trl") is run_sft
+    assert get_learner_factory("grpo", "trl") is get_learner_factory("grpo", "fsdp") is make_grpo
+    assert get_learner_factory("grpo") is make_grpo
+    assert get_learner_factory("sft") is get_learner_factory("sft", "fsdp") is make_sft
 
 
 def test_a_misspelt_trainer_says_what_was_meant() -> None:
@@ -64,36 +76,42 @@ def test_a_misspelt_trainer_says_what_was_meant() -> None:
                                                   r"Registered: grpo, sft\."):
         trainer_spec("gpro")
     with pytest.raises(UnknownTrainerError, match="Did you mean 'sft'"):
-        get_trainer("SFT")
+        get_learner_factory("SFT")
     with pytest.raises(UnknownTrainerError, match=r"'dpo-xyz'\. Registered: grpo, sft\."):
-        get_trainer("dpo-xyz")
+        get_learner_factory("dpo-xyz")
 
 
 def test_a_backend_the_trainer_lacks_names_the_ones_it_has() -> None:
-    with pytest.raises(ConfigError, match=r"'sft' has no backend 'fsdp'; it runs on trl\. Pass --backend"):
-        get_trainer("sft", "fsdp")
+    with pytest.raises(ConfigError, match=r"'sft' has no backend 'jax'; it runs on fsdp, trl\. Pass --backend"):
+        get_learner_factory("sft", "jax")
 
 
-def test_a_third_party_trainer_plugs_in() -> None:
+def test_a_third_party_trainer_plugs_in_and_runs_through_the_skeleton(bandit_rows, tiny_model: str,
+                                                                       tmp_path) -> None:
+    from agentgym.trainers.run import train
+
     register_echo()
-    run = get_trainer("echo", "mybackend")
-    assert run is echo_trainer
-    config = TrainConfig(trainer="echo", env_id="Bandit-LLM-v0")
-    assert run(config, console=None) == {"trained": "Bandit-LLM-v0"}
-    assert CALLS == [("echo", None)]
+    assert get_learner_factory("echo", "mybackend") is echo_trainer
+    assert trainer_spec("echo").default_backend == "mybackend"
+    config = TrainConfig.from_dict({"trainer": "echo", "trajectories": str(bandit_rows), "model": tiny_model,
+                                    "steps": 2, "group_size": 4, "episodes_per_step": 8, "out": str(tmp_path / "run")})
+    result = train(config, device="cpu")
+    assert CALLS == [("echo", 8), ("echo", 8)]  # the skeleton fed it two steps of whole groups
+    assert [m["echoed_rows"] for m in result.metrics] == [8.0, 8.0] and result.metrics[1]["policy_version"] == 2.0
+    assert result.final_model is not None and (result.final_model / "config.json").exists()
     assert trainer_spec("echo").source == "agentgym"  # registered by a direct call
 
 
 def test_a_plugin_adds_a_backend_to_a_built_in_trainer() -> None:
     register_trainer("grpo", {"mybackend": "test_trainer_registry:echo_trainer"}, description="ignored")
-    assert get_trainer("grpo", "mybackend") is echo_trainer
-    assert get_trainer("grpo") is get_trainer("grpo", "fsdp")  # the default stays
-    register_trainer("grpo", {"trl": "agentgym.trainers.trl_backend:run_trl"}, description="same again")
+    assert get_learner_factory("grpo", "mybackend") is echo_trainer
+    assert get_learner_factory("grpo") is get_learner_factory("grpo", "fsdp")  # the default stays
+    register_trainer("grpo", {"trl": "agentgym.trainers.grpo:make_grpo"}, description="same again")
 
 
 def test_taking_over_a_registered_backend_is_an_error() -> None:
     with pytest.raises(RegistryError, match="'grpo' backend 'trl' is registered already as "
-                                            "agentgym.trainers.trl_backend:run_trl"):
+                                            "agentgym.trainers.grpo:make_grpo"):
         register_trainer("grpo", {"trl": "test_trainer_registry:echo_trainer"}, description="x")
 
 
@@ -111,10 +129,10 @@ def test_bad_registrations_say_what_to_fix(name: str, backends: dict[str, str], 
 def test_an_entry_point_that_does_not_import_is_a_clear_error() -> None:
     register_trainer("ghost", {"trl": "no_such_module_here:run"}, description="x")
     with pytest.raises(ConfigError, match=r"'ghost' \(no_such_module_here:run\) could not be imported"):
-        get_trainer("ghost")
+        get_learner_factory("ghost")
     register_trainer("hollow", {"trl": "test_trainer_registry:no_such_function"}, description="x")
     with pytest.raises(ConfigError, match="test_trainer_registry has no 'no_such_function'"):
-        get_trainer("hollow")
+        get_learner_factory("hollow")
 
 
 def test_plugins_load_from_entry_points_and_a_broken_one_is_only_a_warning(
@@ -129,5 +147,5 @@ def test_plugins_load_from_entry_points_and_a_broken_one_is_only_a_warning(
     with pytest.warns(PluginLoadWarning, match="'broken' .* failed to load: RuntimeError: this plugin is broken"):
         names = [spec.name for spec in list_trainers()]
     assert names == ["echo", "grpo", "sft"]
-    assert get_trainer("echo", "mybackend") is echo_trainer
+    assert get_learner_factory("echo", "mybackend") is echo_trainer
     assert registry.load_trainer_plugins() == []  # each entry point is loaded once
