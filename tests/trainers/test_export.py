@@ -9,14 +9,14 @@ import torch
 from typer.testing import CliRunner
 
 from agentgym.cli import app
-from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.loop import run_training
+from agentgym.trainers.run import train
+from agentgym.trainers.settings import TrainConfig
 
 
 def _train(bandit_rows: Path, out: Path, **changes: object) -> Path:
-    config = TrainConfig(trajectories=str(bandit_rows), out=str(out), steps=4, group_size=4, episodes_per_step=8,
-                         checkpoint_every=2, seed=3, lr=1e-3, **changes)
-    result = run_training(config, device="cpu")
+    config = TrainConfig.from_dict({"trajectories": str(bandit_rows), "out": str(out), "steps": 4, "group_size": 4,
+                                    "episodes_per_step": 8, "checkpoint_every": 2, "seed": 3, "lr": 1e-3, **changes})
+    result = train(config, device="cpu")
     assert result.final_model is not None
     return result.final_model
 
@@ -33,11 +33,12 @@ def _export(*args: str) -> str:
     return result.output
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize(("backend", "lora"), [("fsdp", False), ("fsdp", True), ("trl", False)],
+                         ids=["full", "lora", "trl"])
 def test_the_newest_checkpoint_exports_the_final_weights_and_an_older_one_its_own(
-        bandit_rows: Path, tmp_path: Path, lora: bool) -> None:
+        bandit_rows: Path, tmp_path: Path, backend: str, lora: bool) -> None:
     run = tmp_path / "run"
-    final = _weights(_train(bandit_rows, run, lora=lora))
+    final = _weights(_train(bandit_rows, run, backend=backend, lora=lora))
     assert "written to" in _export(str(run))
     newest = _weights(run / "step-000004")
     assert newest.keys() == final.keys()
