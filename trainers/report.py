@@ -196,7 +196,9 @@ def render_report(run_dir: str | Path, *, episodes: int = 4) -> str:
     records = read_jsonl(metrics_file)
     config_file = folder / "config.yaml"
     config_text = config_file.read_text(encoding="utf-8") if config_file.exists() else "(no config.yaml)"
-    charts = "".join(svg_chart(title, _series(records, keys)) for title, keys in CHARTS)
+    # A curve the run did not compute (no KL term, an SFT run's rollout numbers) gets no empty panel.
+    drawn = [(title, series) for title, keys in CHARTS if (series := _series(records, keys)) or not records]
+    charts = "".join(svg_chart(title, series) for title, series in drawn)
     title = f"agentgym training run: {folder.resolve().name}"
     return (
         f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
