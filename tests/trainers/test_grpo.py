@@ -1,26 +1,33 @@
-"""The native trainer in one process: a step learns, accumulation changes nothing, checkpoints resume."""
+"""GRPO's learner on the native engine in one process: a step learns, accumulation changes nothing,
+checkpoints resume."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 
 import pytest
 import torch
 
-from agentgym.trainers.batch import playing_turn_advantages, row_advantages, token_advantages, turn_spans
-from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.fsdp import FSDPTrainer
-from agentgym.trainers.fsdp.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from agentgym.trainers.batch import collate, playing_turn_advantages, row_advantages, to_sequences, token_advantages
+from agentgym.trainers.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from agentgym.trainers.engine import lr_factor
+from agentgym.trainers.fsdp.distributed import Dist
+from agentgym.trainers.grpo import GRPOLearner
+from agentgym.trainers.learner import build_learner
+from agentgym.trainers.settings import TrainConfig
+from agentgym.trainers.sft import sft_update
 from trainer_helpers import with_turn_rewards
 
-BASE = TrainConfig(env_id="Bandit-LLM-v0", group_size=4, episodes_per_step=8, lr=1e-3, seed=0,
-                   lr_schedule="constant", pack_sequences=False, micro_batch_size=8)
+BASE = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "backend": "fsdp", "group_size": 4, "episodes_per_step": 8,
+                              "lr": 1e-3, "seed": 0, "lr_schedule": "constant", "pack_sequences": False,
+                              "micro_batch_size": 8})
 
 
-def _trainer(**changes: object) -> FSDPTrainer:
-    return FSDPTrainer(dataclasses.replace(BASE, **changes), device="cpu")
+def _trainer(**changes: object) -> GRPOLearner:
+    learner = build_learner(GRPOLearner, BASE.updated(changes), Dist())
+    assert isinstance(learner, GRPOLearner)
+    return learner
 
 
 def _rows(make_row) -> list:
@@ -31,16 +38,27 @@ def _rows(make_row) -> list:
             for group in range(2) for i, (answer, reward) in enumerate(zip(answers, rewards))]
 
 
-def _params(trainer: FSDPTrainer) -> dict[str, torch.Tensor]:
-    return {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+def _params(trainer: GRPOLearner) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in trainer.engine.model.named_parameters()}
 
 
-def _logprob_of(trainer: FSDPTrainer, make_row, answer: str) -> float:
-    from agentgym.trainers.batch import collate, to_sequences
+def _stepped_gradients(trainer: GRPOLearner) -> list[dict[str, torch.Tensor]]:
+    """Filled, at each optimiser step, with the gradients the optimiser stepped along (clipped: the
+    engine clears them after the step)."""
+    seen: list[dict[str, torch.Tensor]] = []
 
+    def record(*_: object) -> None:
+        seen.append({name: p.grad.detach().clone() for name, p in trainer.engine.model.named_parameters()
+                     if p.grad is not None})
+
+    trainer.engine.optimizer.register_step_pre_hook(record)
+    return seen
+
+
+def _logprob_of(trainer: GRPOLearner, make_row, answer: str) -> float:
     batch = collate(to_sequences([make_row(answer, prompt="Task 0.")], [1.0]), pack=False)
     with torch.no_grad():
-        logprobs, _ = trainer.compute_logprobs(trainer.model, batch)
+        logprobs = trainer.engine.logprobs(batch)[0].detach()  # the engine enables grad itself
     return float((logprobs * batch.loss_mask).sum())
 
 
@@ -51,20 +69,18 @@ def test_a_step_makes_the_better_answer_likelier(make_row) -> None:
         metrics = trainer.train_step(_rows(make_row))
     after = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     assert after > before + 1.0
-    assert trainer.version == 3 and trainer.optimizer_steps == 3
+    assert trainer.version == 3 and trainer.engine.optimizer_steps == 3
     assert metrics["train_sequences"] == 8 and metrics["grad_norm"] > 0
     assert metrics["loss_tokens"] == sum(sum(r.completion_mask) for r in _rows(make_row))
     assert 0.0 <= metrics["clip_fraction"] <= 1.0 and metrics["entropy"] > 0
 
 
-def _turn_logprobs(trainer: FSDPTrainer, row) -> list[float]:
+def _turn_logprobs(trainer: GRPOLearner, row) -> list[float]:
     """The summed logprob of each turn's sampled tokens."""
-    from agentgym.trainers.batch import collate, to_sequences, turn_spans
-
     batch = collate(to_sequences([row], [1.0]), pack=False)
     with torch.no_grad():
-        logprobs, _ = trainer.compute_logprobs(trainer.model, batch)
-    return [float(logprobs[0, start:end].sum()) for start, end in turn_spans(row.completion_mask)]
+        logprobs = trainer.engine.logprobs(batch)[0].detach()  # the engine enables grad itself
+    return [float(logprobs[0, turn.start:turn.end].sum()) for turn in row.turns]
 
 
 def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) -> None:
@@ -73,7 +89,7 @@ def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) 
     at the level both read first."""
     rows = [with_turn_rewards(stall_rows[0], [1.0, 0.0]), with_turn_rewards(stall_rows[1], [0.0, 1.0])]
 
-    def preference(trainer: FSDPTrainer) -> float:
+    def preference(trainer: GRPOLearner) -> float:
         return _turn_logprobs(trainer, rows[0])[0] - _turn_logprobs(trainer, rows[1])[0]
 
     flat = _trainer(advantage="dr_grpo")
@@ -97,7 +113,7 @@ def test_the_trainer_takes_its_baseline_from_the_config(stall_rows) -> None:
     turn = _trainer(advantage="dr_grpo", baseline="turn").compute_advantages(stall_rows)
     assert turn == token_advantages(stall_rows, "dr_grpo", baseline="turn") and turn != episode
     stuck = stall_rows[2]
-    late_turn = turn_spans(stuck.completion_mask)[-1][0]
+    late_turn = stuck.turns[-1].start
     assert episode[2][late_turn] == row_advantages(stall_rows, "dr_grpo")[2] < 0
     assert turn[2][late_turn] == pytest.approx(playing_turn_advantages(stall_rows, "dr_grpo")[stuck.episode_id][-1])
 
@@ -112,7 +128,7 @@ def test_top_entropy_quantile_trains_on_the_uncertain_tokens_only(make_row) -> N
     after = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     assert 0.15 <= metrics["policy_token_share"] <= 0.35
     assert after > before
-    assert _trainer().train_step(_rows(make_row))["policy_token_share"] == 1.0
+    assert "policy_token_share" not in _trainer().train_step(_rows(make_row))  # every token: a constant, not logged
 
 
 def test_frozen_parameters_stay_as_they_were(make_row) -> None:
@@ -122,18 +138,20 @@ def test_frozen_parameters_stay_as_they_were(make_row) -> None:
     after = _params(trainer)
     frozen = [n for n in before if n.startswith(("model.embed_tokens.", "model.layers.0."))]
     assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)
-    assert not any(p.requires_grad for n, p in trainer.model.named_parameters() if n in frozen)
+    assert not any(p.requires_grad for n, p in trainer.engine.model.named_parameters() if n in frozen)
     assert not torch.equal(before["model.layers.1.self_attn.v_proj.weight"],
                            after["model.layers.1.self_attn.v_proj.weight"])
 
 
 def test_sgd_steps_along_the_clipped_gradient_and_learns(make_row) -> None:
     trainer = _trainer(optimizer="sgd", lr=0.5, max_grad_norm=1.0)
-    assert isinstance(trainer.optimizer, torch.optim.SGD)
+    assert isinstance(trainer.engine.optimizer, torch.optim.SGD)
     before = _params(trainer)
+    stepped = _stepped_gradients(trainer)
     trainer.train_step(_rows(make_row))
     after = _params(trainer)
-    grads = {name: p.grad for name, p in trainer.model.named_parameters()}  # as clipped and stepped
+    (grads,) = stepped  # as clipped and stepped
+    assert grads.keys() == after.keys()
     assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()]))) <= 1.001
     for name, value in after.items():  # plain SGD: the step is -lr times the gradient, weight by weight
         torch.testing.assert_close(value - before[name], -0.5 * grads[name], atol=1e-6, rtol=1e-4, msg=name)
@@ -146,7 +164,7 @@ def test_sgd_steps_along_the_clipped_gradient_and_learns(make_row) -> None:
 
 def test_sgd_momentum_carries_the_last_step(make_row) -> None:
     plain, heavy = _trainer(optimizer="sgd", lr=0.1), _trainer(optimizer="sgd", lr=0.1, momentum=0.9)
-    assert heavy.optimizer.param_groups[0]["momentum"] == 0.9
+    assert heavy.engine.optimizer.param_groups[0]["momentum"] == 0.9
     moves = []
     for trainer in (plain, heavy):
         trainer.train_step(_rows(make_row))
@@ -183,35 +201,43 @@ def test_gradient_accumulation_and_packing_give_the_same_update(make_row, change
 
 def test_clipping_and_mini_batches(make_row) -> None:
     trainer = _trainer(mini_batches=2, epochs=2, max_grad_norm=1e-4)
+    stepped = _stepped_gradients(trainer)
     metrics = trainer.train_step(_rows(make_row))
-    assert trainer.optimizer_steps == 4  # 2 mini-batches x 2 epochs
+    assert trainer.engine.optimizer_steps == 4 and len(stepped) == 4  # 2 mini-batches x 2 epochs
     assert metrics["grad_norm"] > 1e-4  # measured before clipping
-    grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
-    assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) <= 1e-4 * 1.001
+    for grads in stepped:
+        assert float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads.values()]))) <= 1e-4 * 1.001
+    assert all(p.grad is None for p in trainer.engine.model.parameters())  # cleared after each step
     # Later updates compare against the policy of the step's start: the ratio moves off 1.
     assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-7)
 
 
 def test_kl_to_the_reference_is_logged(make_row) -> None:
     trainer = _trainer(kl_coef=0.1, epochs=2)
+    with pytest.raises(RuntimeError, match="no KL reference was kept"):  # the run skeleton keeps it
+        trainer.train_step(_rows(make_row))
+    trainer.engine.keep_reference()
     metrics = trainer.train_step(_rows(make_row))
-    assert trainer.ref_model is not None and metrics["kl"] > 0
+    assert trainer.engine.reference is not None and metrics["kl"] > 0
+    assert "kl" not in _trainer().train_step(_rows(make_row))  # no KL term, no constant metric
 
 
 def test_sft_step_lowers_the_loss(make_row) -> None:
     trainer = _trainer()
     rows = [make_row("<answer>Dragon</answer>", index=i) for i in range(4)]
-    first = trainer.sft_step(rows, lr=3e-3)["loss"]
+    first = sft_update(trainer.engine, rows, lr=3e-3)
+    assert first["lr"] == 3e-3
     for _ in range(5):
-        last = trainer.sft_step(rows, lr=3e-3)["loss"]
-    assert last < first * 0.7
-    assert trainer.scheduler.last_epoch == 0  # the warm-up leaves the RL schedule alone
-    assert trainer.optimizer.param_groups[0]["lr"] == BASE.lr
+        last = sft_update(trainer.engine, rows, lr=3e-3)["loss"]
+    assert last < first["loss"] * 0.7
+    assert trainer.engine.scheduler.last_epoch == 0  # the warm-up leaves the RL schedule alone
+    assert trainer.engine.optimizer.param_groups[0]["lr"] == BASE.optim.lr
+    assert trainer.version == 0  # nor the policy version
 
 
 def test_lr_schedule_warms_up_then_decays() -> None:
-    trainer = _trainer(lr_schedule="cosine", warmup_steps=2, steps=10, min_lr_ratio=0.1)
-    factors = [trainer._lr_factor(step) for step in range(12)]
+    config = BASE.updated({"lr_schedule": "cosine", "warmup_steps": 2, "steps": 10, "min_lr_ratio": 0.1})
+    factors = [lr_factor(config, step) for step in range(12)]
     assert factors[:2] == [0.5, 1.0]
     assert factors[2] == pytest.approx(1.0) and factors[-1] == pytest.approx(0.1)
     assert all(a >= b for a, b in itertools.pairwise(factors[1:]))
@@ -250,14 +276,14 @@ def test_lora_trains_adapters_and_exports_merged_weights(make_row, tmp_path: Pat
     from transformers import AutoModelForCausalLM
 
     trainer = _trainer(lora=True, lora_rank=4, lora_alpha=8, lr=1e-2)
-    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    trainable = [n for n, p in trainer.engine.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     for _ in range(2):
         trainer.train_step(_rows(make_row))
-    weights = trainer.full_weights()
+    weights = trainer.weights()
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert set(weights) == set(base.state_dict())  # plain transformers names, LoRA merged in
-    reference = trainer.model.merge_and_unload().state_dict()
+    reference = trainer.engine.model.merge_and_unload().state_dict()
     changed = [n for n in weights if not torch.equal(weights[n], base.state_dict()[n])]
     assert changed
     for name in changed:
@@ -269,8 +295,8 @@ def test_save_pretrained_writes_a_loadable_model(make_row, tmp_path: Path) -> No
 
     trainer = _trainer()
     trainer.train_step(_rows(make_row))
-    folder = trainer.save_pretrained(tmp_path / "final")
+    folder = trainer.export(tmp_path / "final")
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     for name, value in loaded.state_dict().items():
-        torch.testing.assert_close(value, trainer.model.state_dict()[name], atol=0, rtol=0, msg=name)
+        torch.testing.assert_close(value, trainer.engine.model.state_dict()[name], atol=0, rtol=0, msg=name)
     assert (folder / "tokenizer_config.json").exists()
