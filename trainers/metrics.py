@@ -63,7 +63,7 @@ def step_line(step: int, total: int, metrics: dict[str, float]) -> str:
     parts = [f"step {step + 1}/{total}"]
     parts += [fmt.format(metrics[name]) for name, fmt in _SHOWN if name in metrics]
     timing = [f"{name.removeprefix('time/')} {metrics[name]:.1f}s" for name in
-              ("time/rollout", "time/train", "time/sync") if name in metrics]
+              ("time/rollout", "time/waiting", "time/train", "time/sync") if name in metrics]
     return "  ".join(parts + ([f"({', '.join(timing)})"] if timing else []))
 
 

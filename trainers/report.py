@@ -35,7 +35,7 @@ CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Entropy", ("entropy",)),
     ("Clip fraction", ("clip_fraction",)),
     ("Training tokens/s", ("train_tokens_per_s",)),
-    ("Time per step (s)", ("time/rollout", "time/train", "time/sync")),
+    ("Time per step (s)", ("time/rollout", "time/waiting", "time/train", "time/sync")),
 )
 _COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea")
 _W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 420, 220, 52, 12, 28, 30

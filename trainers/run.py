@@ -4,7 +4,7 @@
     result = train(config)                  # or: agentgym train --env Bandit-LLM-v0 --steps 40
 
     for step in steps:
-        rows    = rollout(step)             # played against the server, or read from a file
+        rows    = rollout(step)             # played now (or, asynchronous, while the last step learned), or read
         metrics = learner.train_step(rows)  # the trainer's own piece (grpo, sft, ...)
         push(learner) -> server             # the built-in server's endpoint, or vLLM's reload
         log, checkpoint, budget
@@ -16,6 +16,14 @@ weight push, the format warm-up, checkpoints and the final export. A trainer is 
 :class:`~agentgym.trainers.learner.Learner`. Under torchrun rank 0 plays, serves and logs;
 every rank gets the rows and trains on its share. Every step's seeds derive from the
 step number, so a resumed run plays and learns what the uninterrupted one would have.
+
+With ``rollout.asynchronous`` the next step's episodes start as soon as this step's rows
+are taken, so playing overlaps learning; the weight push reaches the server between turns
+of the episodes in flight. Each token keeps the version that sampled it through its
+logprobs (the importance correction compares against them); a row's ``policy_version``
+is its newest turn's, and rows more than ``max_staleness`` versions old are dropped. A run
+resumed from a checkpoint taken while a step was being played plays that step again, with
+the checkpoint's weights.
 """
 
 from __future__ import annotations
@@ -170,6 +178,8 @@ def _row_source(config: TrainConfig, learner: Learner, data: SFTBatches | Offlin
 
     def online(step: int, position: int) -> tuple[list[TrajectoryRow], dict[str, float], int]:
         rollout = serving.rollout(step) if dist.is_main else None
+        if dist.is_main and config.rollout.asynchronous and step + 1 < config.run.steps:
+            serving.start(step + 1)  # plays while this step learns
         rollout = broadcast_object(rollout, dist)
         log.log_episodes(step, rollout.rows)  # every episode played, stale ones too
         log.log_samples(step, rollout.rows)

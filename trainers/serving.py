@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Self
 
@@ -37,6 +38,8 @@ class Serving:
         self.api_key = config.server.api_key
         self.model_name = config.model.model
         self._sync: Any = None
+        self._ahead: dict[int, Future[StepRollout]] = {}
+        self._pool: ThreadPoolExecutor | None = None
         self._stack = contextlib.ExitStack()
 
     @property
@@ -75,7 +78,28 @@ class Serving:
         self._stack.close()
 
     def rollout(self, step: int) -> StepRollout:
-        """Play ``step``'s episodes against the server (rank 0)."""
+        """``step``'s episodes (rank 0): played now, or, when :meth:`start` began them, waited for
+        (``stats["time/waiting"]``: how long)."""
+        future = self._ahead.pop(step, None)
+        if future is None:
+            return self._play(step)
+        started = time.perf_counter()
+        rollout = future.result()
+        rollout.stats["time/waiting"] = time.perf_counter() - started
+        return rollout
+
+    def start(self, step: int) -> None:
+        """Begin playing ``step``'s episodes in a thread, against the weights the server has now.
+
+        The server applies a weight push between batches, so each turn is sampled by one version
+        and its logprobs are that version's: the importance correction uses them as they are.
+        """
+        if self._pool is None:
+            # Closed before the server stops: an episode in flight finishes (or fails) first.
+            self._pool = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="agentgym-ahead"))
+        self._ahead[step] = self._pool.submit(self._play, step)
+
+    def _play(self, step: int) -> StepRollout:
         return asyncio.run(play_step(self.config, step, self.base_url, self.model_name, self.renderer,
                                      api_key=self.api_key))
 

@@ -170,6 +170,10 @@ class RolloutSettings(_Section):
     and round; none: new seeds every step."""
     max_staleness: int = Field(1, ge=0)
     """Drop rows sampled by weights more than this many versions older than the learner's."""
+    asynchronous: bool = False
+    """Play the next step's episodes while this step learns, with the weights the server has; the new
+    weights reach the server between turns of the episodes in flight (one step of staleness at most).
+    Off: play, then learn, in turn."""
 
     @model_validator(mode="after")
     def _whole_groups(self) -> RolloutSettings:
@@ -178,6 +182,11 @@ class RolloutSettings(_Section):
                              f"({self.group_size}) so every group is complete")
         if self.level_seeds is not None:
             read_seeds(self.level_seeds)  # a bad file fails now, not at the first step
+        if self.asynchronous and self.trajectories is not None:
+            raise ValueError("asynchronous overlaps playing with learning; a rollout file plays nothing")
+        if self.asynchronous and self.max_staleness < 1:
+            raise ValueError("asynchronous plays each step with the weights one step behind: it needs "
+                             "max_staleness of 1 or more")
         return self
 
     @property

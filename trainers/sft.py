@@ -83,7 +83,7 @@ class SFTLearner(Learner):
     ignored = frozenset({"env_id", "env_kwargs", "group_size", "episodes_per_step", "max_turns", "turn_budget",
                          "max_tokens", "temperature", "top_p", "concurrency", "level_seeds", "max_staleness",
                          "filter_uniform_success", "turn_advantage_weight", "turn_discount",
-                         "negative_advantage_weight", "mini_batches", "epochs"})
+                         "negative_advantage_weight", "mini_batches", "epochs", "asynchronous"})
     data = "batches"
 
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
