@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import ARROW_SCHEMA, DERIVED_COLUMNS, TrajectoryRow, derive_turns
 
-__all__ = ["RolloutWriter", "done_episodes", "load_rollouts", "read_rows", "read_table"]
+__all__ = ["RolloutWriter", "check_same_run", "done_episodes", "load_rollouts", "read_rows", "read_table"]
 
 #: the key-value metadata key of every file: {"run": identity, "merged_parts": [names]}
 _META_KEY = b"agentgym"
