@@ -119,8 +119,9 @@ async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: 
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
+    sampled = player.policy is PolicyName.model
     run = {**config.identity(), "--policy": player.policy.value, "--model": player.model,
-           "--temperature": player.temperature, "--expert-noise": player.expert_noise,
+           "--temperature": player.temperature if sampled else None, "--expert-noise": player.expert_noise,
            "--dagger": getattr(teacher, "model_share", None)}  # what decides the episodes: --resume checks it
     writer = RolloutWriter(out, resume=resume, run=run) if out is not None else None
     rows: list[TrajectoryRow] = []
