@@ -119,7 +119,11 @@ async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: 
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
-    writer = RolloutWriter(out, resume=resume) if out is not None else None
+    sampled = player.policy is PolicyName.model
+    run = {**config.identity(), "--policy": player.policy.value, "--model": player.model,
+           "--temperature": player.temperature if sampled else None, "--expert-noise": player.expert_noise,
+           "--dagger": getattr(teacher, "model_share", None)}  # what decides the episodes: --resume checks it
+    writer = RolloutWriter(out, resume=resume, run=run) if out is not None else None
     rows: list[TrajectoryRow] = []
     async with playing_with(player, config, record=out is not None) as (policy, renderer):
         with episode_progress("rollout", config.episodes, len(skip)) as report:

@@ -19,7 +19,7 @@ def view_command(
     path: Annotated[Path, typer.Argument(metavar="FILE", help="A Parquet file written by agentgym rollout.")],
     episode: Annotated[str | None, typer.Option(help="Only the episode whose id contains this text.")] = None,
     limit: Annotated[int, typer.Option(help="Print at most this many episodes.")] = 5,
-    tokens: Annotated[bool, typer.Option(help="Show the token ids' text: sampled (green) and env (dim).")] = False,
+    tokens: Annotated[bool, typer.Option(help="Show the token ids' text: sampled (green), played but not learned (yellow), env (dim).")] = False,
     model: Annotated[str, typer.Option(help="Tokenizer to decode --tokens with.")] = "tiny",
 ) -> None:
     """Print recorded episodes as readable conversations."""
@@ -48,16 +48,19 @@ def _decoder(model: str):  # -> Callable[[list[int]], str]
 
 
 def _token_view(row: TrajectoryRow, decode) -> Text:  # noqa: ANN001
-    """The row's tokens as text, each run coloured by who wrote it."""
+    """The row's tokens as text, each run coloured by who wrote it: sampled and learned
+    (green), played but not learned (yellow: a turn with mask 0, e.g. DAgger's), the env (dim)."""
     text = Text()
     text.append(decode(row.prompt_ids), style="dim")
-    start = 0
     mask = row.completion_mask
+    unlearned = [0] * len(mask)
+    for span in row.turns:
+        if not any(mask[span.start:span.end]):
+            unlearned[span.start:span.end] = [1] * (span.end - span.start)
+    start = 0
     for end in range(1, len(mask) + 1):
-        if end == len(mask) or mask[end] != mask[start]:
-            style = "bold green" if mask[start] else "dim"
+        if end == len(mask) or (mask[end], unlearned[end]) != (mask[start], unlearned[start]):
+            style = "bold green" if mask[start] else "yellow" if unlearned[start] else "dim"
             text.append(decode(row.completion_ids[start:end]), style=style)
             start = end
     return text
-
-

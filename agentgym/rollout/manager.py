@@ -105,6 +105,19 @@ class RolloutConfig:
         """The seed ``group`` plays."""
         return self.seeds[group] if self.seeds is not None else self.seed + group
 
+    def identity(self) -> dict[str, Any]:
+        """The settings that decide which episodes the run plays and how they are recorded,
+        keyed by the ``agentgym rollout`` flag that sets each (``--episodes`` is not one: a
+        resumed run may play more). Stored in the rows' files, so ``--resume`` can refuse a
+        file of another run (:func:`agentgym.rollout.storage.check_same_run`)."""
+        return {
+            "--env": self.env_id, "--env-kwarg": self.env_kwargs, "--group-size": self.group_size,
+            "--seed": self.seed if self.seeds is None else None, "seeds": self.seeds,
+            "--max-turns": self.max_turns, "--turn-budget": self.turn_budget,
+            "--max-context": self.max_context_tokens, "--max-tokens": self.max_tokens_per_turn,
+            "--chat-mode": self.chat_mode, "--sampling-seed": self.sampling_seed,
+        }
+
     def episode_keys(self) -> list[tuple[int, int]]:
         """(group, index in group) of every episode of the run."""
         groups = self.episodes // self.group_size

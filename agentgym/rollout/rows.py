@@ -51,7 +51,8 @@ class TurnSpan(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    #: the turn's number in the episode, from 0 (indexes ``TrajectoryRow.turn_rewards``)
+    #: the turn's number in the episode, from 0 (indexes ``TrajectoryRow.turn_rewards``; in a
+    #: failed episode whose env raised on the last turn's step, that turn has no reward)
     turn: int
     #: index in ``completion_ids`` of the turn's first action token
     start: int

@@ -3,10 +3,20 @@
 A Parquet file is only readable once its footer is written, so rows are
 written to small closed part files beside the output (``OUT.parts/``) as
 episodes finish, at most ``flush_seconds`` apart; :meth:`RolloutWriter.close`
-merges everything into ``OUT`` atomically and removes the parts. A crash
-therefore loses the episodes in flight and those finished in the last
-``flush_seconds``; ``--resume`` reads ``OUT`` and any parts left behind and
-skips the episodes they hold.
+merges everything into ``OUT`` and removes the parts. A crash therefore loses
+the episodes in flight and those finished in the last ``flush_seconds``;
+``--resume`` reads ``OUT`` and any parts left behind and skips the episodes
+they hold.
+
+The merge can be killed at any instruction without losing or doubling a row:
+the merged ``OUT`` names, in its key-value metadata, the parts it absorbed,
+and it replaces the old ``OUT`` in one atomic rename. Readers skip the parts
+``OUT`` names, so until that rename the parts count and after it ``OUT`` does;
+part names are never reused, so a named part is always an absorbed one.
+
+Every file also records the run's identity (what decides which episodes are
+played: env, its arguments, group size, seeds, policy...), and resuming a file
+with other settings is refused.
 
 >>> import datasets
 >>> datasets.load_dataset("parquet", data_files="rollouts.parquet")["train"]  # doctest: +SKIP
@@ -14,10 +24,13 @@ skips the episodes they hold.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,19 +38,37 @@ import pyarrow.parquet as pq
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import ARROW_SCHEMA, DERIVED_COLUMNS, TrajectoryRow, derive_turns
 
-__all__ = ["RolloutWriter", "done_episodes", "load_rollouts", "read_rows", "read_table"]
+__all__ = ["RolloutWriter", "check_same_run", "done_episodes", "load_rollouts", "read_rows", "read_table"]
+
+#: the key-value metadata key of every file: {"run": identity, "merged_parts": [names]}
+_META_KEY = b"agentgym"
+_PART = re.compile(r"part-(\d+)\.parquet")
 
 
 def _parts_dir(out: Path) -> Path:
     return out.with_name(out.name + ".parts")
 
 
-def _existing_files(out: Path) -> list[Path]:
-    files = [out] if out.exists() else []
+def _metadata(file: Path) -> dict[str, Any]:
+    raw = (pq.read_schema(file).metadata or {}).get(_META_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def _all_parts(out: Path) -> list[Path]:
+    """Every part file beside ``out``, oldest first (absorbed ones included)."""
     parts = _parts_dir(out)
-    if parts.is_dir():
-        files += sorted(parts.glob("part-*.parquet"))
-    return files
+    if not parts.is_dir():
+        return []
+    found = [path for path in parts.iterdir() if _PART.fullmatch(path.name)]
+    return sorted(found, key=lambda path: int(_PART.fullmatch(path.name).group(1)))
+
+
+def _existing_files(out: Path) -> list[Path]:
+    """``out`` and the parts it has not absorbed: the files that hold the run's rows."""
+    if not out.exists():
+        return _all_parts(out)
+    merged = set(_metadata(out).get("merged_parts", []))
+    return [out] + [part for part in _all_parts(out) if part.name not in merged]
 
 
 def read_table(file: str | Path) -> pa.Table:
@@ -79,6 +110,43 @@ def load_rollouts(out: str | Path):  # -> datasets.Dataset
     return datasets.Dataset.from_parquet(str(out))
 
 
+def check_same_run(out: str | Path, run: dict[str, Any]) -> None:
+    """Raise ConfigError, naming the first difference, if ``out`` holds another run's episodes.
+
+    ``run`` maps the setting that decides the episodes (named as its flag,
+    e.g. ``--env``) to its value. Settings missing on either side are not
+    compared; a list may grow (more seeds), not change. A file that records
+    no run (written before runs were recorded) is checked on its env id.
+    """
+    out = Path(out)
+    run = json.loads(json.dumps(run, default=repr))  # compare as stored: tuples become lists
+    for file in _existing_files(out):
+        stored = _metadata(file).get("run")
+        if stored is None:
+            envs = set(pq.read_table(file, columns=["env_id"])["env_id"].to_pylist())
+            stored = {"--env": envs.pop()} if len(envs) == 1 else {}
+        for key, value in run.items():
+            if key in stored and not _same_setting(stored[key], value):
+                raise ConfigError(_difference(out, key, stored[key], value))
+
+
+def _same_setting(stored: Any, value: Any) -> bool:
+    if isinstance(stored, list) and isinstance(value, list):
+        return value[: len(stored)] == stored
+    return stored == value
+
+
+def _difference(out: Path, key: str, stored: Any, value: Any) -> str:
+    if key == "--env":
+        return f"{out} holds {stored} episodes; --env is {value}: use another --out or the same --env."
+    return (f"{out} holds episodes played with {key} {_shown(stored)}; this run has {key} {_shown(value)}: "
+            f"use another --out or the same {key}.")
+
+
+def _shown(value: Any) -> str:
+    return "(not set)" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
 class RolloutWriter:
     """Append rows as episodes finish; ``close()`` leaves one Parquet file.
 
@@ -87,22 +155,36 @@ class RolloutWriter:
         resume: keep what ``out`` (and leftover parts) already hold; without
             it an existing ``out`` is an error, so nothing is overwritten by accident.
         flush_seconds: longest time a finished episode waits in memory.
+        run: the run's identity (see :func:`check_same_run`), stored in every
+            file's metadata; on resume, a file of another run is refused.
     """
 
-    def __init__(self, out: str | Path, *, resume: bool = False, flush_seconds: float = 1.0) -> None:
+    def __init__(self, out: str | Path, *, resume: bool = False, flush_seconds: float = 1.0,
+                 run: dict[str, Any] | None = None) -> None:
         self.out = Path(out)
         self.flush_seconds = flush_seconds
+        self.run = run
         if not resume and _existing_files(self.out):
             raise ConfigError(
                 f"{self.out} already exists: pass --resume to continue that run, "
                 "or choose another --out."
             )
+        if resume and run is not None:
+            check_same_run(self.out, run)
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self._parts = _parts_dir(self.out)
         self._buffer: list[TrajectoryRow] = []
         self._last_flush = time.monotonic()
-        self._next_part = len(list(self._parts.glob("part-*.parquet"))) if self._parts.is_dir() else 0
+        self._next_part = self._first_free_part()
         self.written = 0
+
+    def _first_free_part(self) -> int:
+        """A part number no file and no name in ``out``'s list of absorbed parts has used."""
+        names = [part.name for part in _all_parts(self.out)]
+        if self.out.exists():
+            names += _metadata(self.out).get("merged_parts", [])
+        numbers = [int(match.group(1)) for name in names if (match := _PART.fullmatch(name))]
+        return max(numbers, default=-1) + 1
 
     def add(self, rows: Iterable[TrajectoryRow]) -> None:
         self._buffer.extend(rows)
@@ -117,27 +199,45 @@ class RolloutWriter:
         table = pa.Table.from_pylist([row.to_record() for row in self._buffer], schema=ARROW_SCHEMA)
         final = self._parts / f"part-{self._next_part:06d}.parquet"
         staging = final.with_suffix(".tmp")
-        pq.write_table(table, staging)
+        pq.write_table(self._with_metadata(table), staging)
         os.replace(staging, final)  # a part is either whole or absent
         self._next_part += 1
         self.written += len(self._buffer)
         self._buffer.clear()
 
     def close(self) -> Path:
-        """Flush, merge ``out`` and the parts into ``out``, remove the parts."""
+        """Flush, merge ``out`` and the parts into ``out``, remove the parts.
+
+        Safe to kill at any point: until the rename the old ``out`` and the
+        parts hold the rows; after it the new ``out`` does, and names the parts
+        it absorbed, so readers skip the ones left undeleted.
+        """
         self.flush()
-        files = _existing_files(self.out)
-        tables = [read_table(file) for file in files]
-        table = pa.concat_tables(tables) if tables else ARROW_SCHEMA.empty_table()
-        staging = self.out.with_name(self.out.name + ".tmp")
-        pq.write_table(table, staging)
-        os.replace(staging, self.out)
-        for part in files:
-            if part != self.out:
-                part.unlink()
+        parts = _all_parts(self.out)
+        if parts or not self.out.exists():
+            files = _existing_files(self.out)
+            tables = [read_table(file) for file in files]
+            table = pa.concat_tables(tables) if tables else ARROW_SCHEMA.empty_table()
+            run = self.run if self.run is not None else next(
+                (stored for file in files if (stored := _metadata(file).get("run")) is not None), None)
+            staging = self.out.with_name(self.out.name + ".tmp")
+            pq.write_table(self._with_metadata(table, run=run, merged=[part.name for part in parts]), staging)
+            os.replace(staging, self.out)
+        for part in parts:
+            part.unlink()
         if self._parts.is_dir():
+            for leftover in self._parts.glob("*.tmp"):  # parts a crash cut short, never renamed
+                leftover.unlink()
             self._parts.rmdir()
         return self.out
+
+    def _with_metadata(self, table: pa.Table, *, run: dict[str, Any] | None = None,
+                       merged: list[str] | None = None) -> pa.Table:
+        meta: dict[str, Any] = {"run": run if run is not None else self.run}
+        if merged is not None:
+            meta["merged_parts"] = merged
+        encoded = json.dumps(meta, default=repr).encode()
+        return table.replace_schema_metadata({**(table.schema.metadata or {}), _META_KEY: encoded})
 
     def __enter__(self) -> RolloutWriter:
         return self

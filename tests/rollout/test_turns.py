@@ -138,3 +138,16 @@ def test_a_file_written_before_rows_kept_turns_gets_them_derived_on_read(
         writer.add(play(RolloutConfig(env_id=SOKOBAN, episodes=1, seed=9), RandomPolicy(seed=1), renderer))
     assert set(DERIVED_COLUMNS) <= set(pq.read_schema(legacy).names)
     assert read_rows(legacy)[: len(rows)] == rows
+
+
+def test_the_token_view_shows_turns_played_but_not_learned(stub: StubServer, renderer: ChatRenderer) -> None:
+    from agentgym.cli.view_cmd import _token_view
+
+    teacher = ExpertCorrection(expert_policy(SOKOBAN), 1.0, seed=1)  # the model's wrong moves are played
+    rows = play(RolloutConfig(env_id=SOKOBAN, episodes=4, seed=3, max_turns=6),
+                OpenAIPolicy(stub.base_url, "stub"), renderer, teacher=teacher)
+    row = next(r for r in rows if any(not any(r.completion_mask[s.start:s.end]) for s in r.turns))
+    view = _token_view(row, renderer.decode)
+    yellow = [view.plain[span.start:span.end] for span in view.spans if span.style == "yellow"]
+    unlearned = [s for s in row.turns if not any(row.completion_mask[s.start:s.end])]
+    assert yellow == [renderer.decode(row.completion_ids[s.start:s.end]) for s in unlearned]
