@@ -37,42 +37,41 @@ _T = TypeVar("_T")
 #: Separator of several moves in one turn, as RAGEN writes them.
 MOVE_SEPARATOR = "||"
 
-_TAG_CACHE: dict[str, re.Pattern[str]] = {}
+_TAG_CACHE: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {}
 
 
-def _tag_pattern(tag: str) -> re.Pattern[str]:
-    """Opening and closing ``tag`` tags; group 1 is the slash of a closing one."""
-    pattern = _TAG_CACHE.get(tag)
-    if pattern is None:
-        # Only the tags are matched, never the text between them: a regex that
-        # spans the content (``<tag>(.*?)</tag>``) steps through it a character
-        # at a time, which is slow on long text.
-        pattern = re.compile(rf"<\s*(/\s*)?{re.escape(tag)}\s*>", re.IGNORECASE)
-        _TAG_CACHE[tag] = pattern
-    return pattern
+def _tag_patterns(tag: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The opening and the closing ``tag`` tag (cached)."""
+    patterns = _TAG_CACHE.get(tag)
+    if patterns is None:
+        name = re.escape(tag)
+        patterns = (re.compile(rf"<\s*{name}\s*>", re.IGNORECASE),
+                    re.compile(rf"<\s*/\s*{name}\s*>", re.IGNORECASE))
+        _TAG_CACHE[tag] = patterns
+    return patterns
 
 
 def extract_tag(text: str, tag: str) -> str | None:
     """Content of the last ``<tag>...</tag>`` in ``text``, stripped; ``None`` if absent.
 
     Tag names match case-insensitively and may carry spaces (``< answer >``).
-    A final opening tag with no closing tag runs to the end of the text:
-    servers that stop on ``"</answer>"`` strip the stop string itself.
-    Reading goes left to right: an element runs from an opening tag to the
-    next closing one (opening tags inside it are content).
+    Elements are read left to right, each from an opening tag to the next
+    closing one (an opening tag inside is content). A final opening tag with
+    no closing tag runs to the end of the text: servers that stop on
+    ``"</answer>"`` strip the stop string itself.
     """
     if not isinstance(text, str):
         return None
-    start = last = None
-    for found in _tag_pattern(tag).finditer(text):
-        if start is None:
-            if found.group(1) is None:
-                start = found.end()
-        elif found.group(1) is not None:
-            last, start = (start, found.start()), None
-    if start is not None:
-        return text[start:].strip()
-    return None if last is None else text[last[0]:last[1]].strip()
+    opening, closing = _tag_patterns(tag)
+    # Searching for the tags, never matching the text between them (as a lazy
+    # ``<tag>(.*?)</tag>`` does, a character at a time), keeps long text fast.
+    content, position = None, 0
+    while (start := opening.search(text, position)) is not None:
+        end = closing.search(text, start.end())
+        if end is None:
+            return text[start.end():].strip()
+        content, position = (start.end(), end.start()), end.end()
+    return None if content is None else text[content[0]:content[1]].strip()
 
 
 def extract_answer(text: str) -> str | None:
