@@ -3,8 +3,9 @@
 Subclass :class:`TextEnv`, set :attr:`TextEnv.action_format`, and implement
 three methods; the base class does the bookkeeping every env needs (turn
 counting, max-turn truncation, the format penalty, ``info["action_valid"]``
-and ``info["success"]`` on every step, capping observations, rendering,
-refusing to step a finished episode)::
+and ``info["success"]`` on every step, cutting overlong actions, making the
+text it passes on valid UTF-8, capping observations, rendering, refusing to
+step a finished episode)::
 
     class Echo(TextEnv):
         def _new_episode(self, options):      # -> first observation (the task)
@@ -34,14 +35,71 @@ import numpy as np
 from agentgym.errors import ConfigError, EnvUsageError, ResetNeeded
 from agentgym.spaces import TextSpace
 
-__all__ = ["MAX_ACTION_CHARS", "MAX_OBSERVATION_CHARS", "Outcome", "TextEnv", "check_number"]
+__all__ = [
+    "MAX_ACTION_CHARS",
+    "MAX_OBSERVATION_CHARS",
+    "Outcome",
+    "TextEnv",
+    "check_number",
+    "clean_observation",
+    "cut_action",
+    "utf8_safe",
+]
 
 #: Longest observation an env returns; longer text is cut with a marker.
 MAX_OBSERVATION_CHARS = 65_536
-#: Largest action the action space advertises. Longer actions are still
-#: accepted by ``step`` (an agent's text is never an exception).
-MAX_ACTION_CHARS = 1_000_000
+#: Default of :attr:`TextEnv.max_action_chars`: the longest action a game reads.
+#: 64k characters is about 16k tokens: four times the rollout manager's whole
+#: default context (4,096 tokens), and far above the longest legitimate action
+#: of any env (a Code-LLM-v0 program of a few hundred lines is under 20k
+#: characters). Longer text is cut, so a 10 MB action costs what 64k do.
+MAX_ACTION_CHARS = 65_536
 _CUT_MARKER = "\n[... observation cut ...]"
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with its surrogates made encodable: ``text.encode("utf-8")`` then never raises.
+
+    A surrogate pair (as a JSON ``\\ud83d\\ude00`` escape decodes) becomes the
+    character it stands for; a lone surrogate, which no UTF-8 text can hold,
+    becomes U+FFFD, as a decoder with ``errors="replace"`` would make it. Other
+    text, control characters and NUL included, is returned unchanged.
+
+    >>> utf8_safe("ok \\ud800 \\ud83d\\ude00") == "ok \\ufffd \\U0001f600"
+    True
+    """
+    if text.isascii():  # the usual case, and free: str knows whether it is ASCII
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Through UTF-16: pairs join into their character, lone halves become U+FFFD.
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def clean_observation(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (with a marker) and made valid UTF-8."""
+    if len(text) > limit:
+        text = text[: limit - len(_CUT_MARKER)] + _CUT_MARKER
+    return utf8_safe(text)
+
+
+def cut_action(action: str, limit: int) -> tuple[str, str | None]:
+    """``action`` cut to its first ``limit`` characters and made valid UTF-8, with a note.
+
+    The note (None when nothing was cut) tells the agent what was read, for
+    the start of the next observation.
+
+    >>> cut_action("abcdef", 4)
+    ('abcd', '[Your action was 6 characters long; only the first 4 were read.]')
+    """
+    note = None
+    if len(action) > limit:
+        note = (f"[Your action was {len(action):,} characters long; only the first "
+                f"{limit:,} were read.]")
+        action = action[:limit]
+    return utf8_safe(action), note
 
 
 @dataclass(slots=True)
@@ -89,11 +147,21 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             not be read or was illegal (a positive number).
         render_mode: ``"ansi"`` (``render()`` returns the state as text),
             ``"human"`` (prints it) or ``None``.
+        max_action_chars: the longest action the game reads; ``step`` cuts a
+            longer one to its first ``max_action_chars`` characters and says so
+            at the start of the observation (``info["action_cut"]`` holds the
+            length it had). None: the class's :attr:`max_action_chars`.
+
+    ``step`` hands the game only valid UTF-8 (a lone surrogate becomes U+FFFD)
+    and returns only valid UTF-8, so no text an agent writes can make an
+    observation, or ``info`` built from the action, fail to encode.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
     #: How an action must be written, in a few words, e.g. ``"<answer>Up</answer>"``.
     action_format: ClassVar[str] = "<answer>...</answer>"
+    #: The longest action the game reads (characters); see ``max_action_chars`` above.
+    max_action_chars: int = MAX_ACTION_CHARS
 
     def __init__(
         self,
@@ -101,8 +169,12 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         max_turns: int,
         format_penalty: float = 0.1,
         render_mode: str | None = None,
+        max_action_chars: int | None = None,
     ) -> None:
         check_number("max_turns", max_turns, minimum=1)
+        if max_action_chars is not None:
+            check_number("max_action_chars", max_action_chars, minimum=1)
+            self.max_action_chars = max_action_chars
         check_number("format_penalty", format_penalty, minimum=0, integer=False)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(
@@ -113,7 +185,7 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         self.format_penalty = float(format_penalty)
         self.render_mode = render_mode
         self.observation_space = TextSpace(MAX_OBSERVATION_CHARS)
-        self.action_space = TextSpace(MAX_ACTION_CHARS)
+        self.action_space = TextSpace(self.max_action_chars)
         self.turn = 0
         self._episode_over = True
         self._started = False
@@ -185,6 +257,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
                 "Decode model output to str before stepping."
             )
         self.turn += 1
+        original_length = len(action)
+        action, cut_note = cut_action(action, self.max_action_chars)
         outcome = self._play(action)
         reward = outcome.reward - (0.0 if outcome.action_valid else self.format_penalty)
         terminated = outcome.terminated
@@ -194,6 +268,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             # ended (nothing is cut off), whatever the answer was.
             terminated, truncated = True, False
         observation = outcome.observation
+        if cut_note is not None:
+            observation = f"{cut_note}\n{observation}"
         if truncated:
             observation += f"\nThe turn limit ({self.max_turns}) is reached: the episode is over."
         self._episode_over = terminated or truncated
@@ -203,6 +279,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             "turn": self.turn,
             **outcome.info,
         }
+        if cut_note is not None:
+            info["action_cut"] = original_length
         if self.render_mode == "human":
             self.render()
         return self._cap(observation), float(reward), terminated, truncated, info
@@ -218,6 +296,4 @@ class TextEnv(gym.Env[str, str], abc.ABC):
 
     @staticmethod
     def _cap(text: str) -> str:
-        if len(text) <= MAX_OBSERVATION_CHARS:
-            return text
-        return text[: MAX_OBSERVATION_CHARS - len(_CUT_MARKER)] + _CUT_MARKER
+        return clean_observation(text, MAX_OBSERVATION_CHARS)

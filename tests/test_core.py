@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from agentgym.core import MAX_OBSERVATION_CHARS, Outcome, TextEnv, check_number
+from agentgym.core import (
+    MAX_ACTION_CHARS,
+    MAX_OBSERVATION_CHARS,
+    Outcome,
+    TextEnv,
+    check_number,
+    cut_action,
+    utf8_safe,
+)
 from agentgym.errors import ConfigError, EnvUsageError, ResetNeeded
 from fakes import EchoEnv
 
@@ -92,6 +100,86 @@ def test_huge_observations_are_cut() -> None:
     assert len(observation) == MAX_OBSERVATION_CHARS
     assert observation.endswith("observation cut ...]")
     assert observation in env.observation_space
+
+
+class Recorder(EchoEnv):
+    """EchoEnv that keeps what its game was handed, and whose task and reply it sets."""
+
+    def __init__(self, task: str = "Say it.", reply: str = "Wrong.", **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.task, self.reply, self.seen = task, reply, ""
+
+    def _new_episode(self, options: dict | None) -> str:
+        super()._new_episode(options)
+        return self.task
+
+    def _play(self, action: str) -> Outcome:
+        self.seen = action
+        return Outcome(self.reply, action_valid=False)
+
+
+def test_a_long_action_is_cut_before_the_game_reads_it_and_the_agent_is_told() -> None:
+    env = Recorder()
+    env.max_action_chars = 10
+    env.reset(seed=0)
+    observation, _, _, _, info = env.step("0123456789abcdef")
+    assert env.seen == "0123456789"
+    assert observation == "[Your action was 16 characters long; only the first 10 were read.]\nWrong."
+    assert info["action_cut"] == 16
+    _, _, _, _, info = env.step("0123456789")
+    assert env.seen == "0123456789" and "action_cut" not in info
+
+
+def test_the_action_cap_defaults_to_max_action_chars_and_sizes_the_action_space() -> None:
+    env = Recorder()
+    assert env.max_action_chars == MAX_ACTION_CHARS
+    assert env.action_space.max_length == MAX_ACTION_CHARS
+    env.reset(seed=0)
+    env.step("x" * MAX_ACTION_CHARS)
+    assert len(env.seen) == MAX_ACTION_CHARS
+
+    class Short(TextEnv):
+        def _new_episode(self, options: dict | None) -> str:
+            return "Say anything."
+
+        def _play(self, action: str) -> Outcome:
+            return Outcome(f"{len(action)} read.")
+
+        def _describe(self) -> str:
+            return "Say anything."
+
+    short = Short(max_turns=1, max_action_chars=100)
+    assert (short.max_action_chars, short.action_space.max_length) == (100, 100)
+    short.reset(seed=0)
+    assert short.step("y" * 101)[0].endswith("only the first 100 were read.]\n100 read.")
+    with pytest.raises(ConfigError, match="max_action_chars must be at least 1, got 0"):
+        Short(max_turns=1, max_action_chars=0)
+
+
+def test_the_game_is_handed_valid_utf8_and_control_characters_unchanged() -> None:
+    env = Recorder()
+    env.reset(seed=0)
+    env.step("<answer>\ud800 \x00\x1b[31m \ud83d\ude00 \udfff</answer>")
+    assert env.seen == "<answer>\ufffd \x00\x1b[31m \U0001f600 \ufffd</answer>"
+
+
+def test_observations_are_valid_utf8_whatever_the_game_writes() -> None:
+    env = Recorder(task="task \udfff", reply="you said \ud800")
+    observation, _ = env.reset(seed=0)
+    assert observation == "task \ufffd"
+    observation = env.step("x")[0]
+    assert observation == "you said \ufffd"
+    observation.encode("utf-8")
+
+
+def test_utf8_safe_and_cut_action() -> None:
+    text = "plain ascii"
+    assert utf8_safe(text) is text
+    assert utf8_safe("é \ud800\ud800 \ud83d\ude00") == "é \ufffd\ufffd \U0001f600"
+    assert cut_action("abc", 3) == ("abc", None)
+    # A cut through a surrogate pair leaves half a character: it becomes U+FFFD.
+    assert cut_action("ab\ud83d\ude00", 3) == (
+        "ab\ufffd", "[Your action was 4 characters long; only the first 3 were read.]")
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,12 @@ The rules, which the instructions also tell the agent:
   An episode therefore lasts at most ``max_calls + max_turns`` steps, and the
   rollout manager's ``max_turns`` (the env's) bounds it through that sum.
 
+Like :class:`~agentgym.core.TextEnv`, the wrapper reads at most the env's
+``max_action_chars`` of an action (the rest is cut, with a note at the start of
+the observation and ``info["action_cut"]``), and it hands on and returns only
+valid UTF-8 (a lone surrogate becomes U+FFFD), so a tool never sees text that
+cannot be encoded.
+
 ``info`` gains ``tool_calls`` (calls used in the episode) on every step, and on
 tool turns ``tool_turn=True`` and ``tool_results`` (one dict per call: name,
 status "ok" / "invalid" / "refused", arguments, output). A tool's own failure
@@ -40,7 +46,13 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from agentgym.core import MAX_OBSERVATION_CHARS, check_number
+from agentgym.core import (
+    MAX_ACTION_CHARS,
+    MAX_OBSERVATION_CHARS,
+    check_number,
+    cut_action,
+    utf8_safe,
+)
 from agentgym.errors import ConfigError, EnvUsageError, ResetNeeded
 from agentgym.tools.base import Tool
 from agentgym.tools.calls import TOOL_CALL_TAG, CallProblem, ParsedCalls, parse_tool_calls
@@ -105,6 +117,21 @@ def _clip(text: str, limit: int) -> str:
     return text[: keep - keep // 2] + marker + text[len(text) - keep // 2:]
 
 
+def _utf8_safe_json(value: Any) -> Any:
+    """``value`` (parsed JSON) with every string made valid UTF-8.
+
+    JSON arguments can spell a lone surrogate in plain ASCII (``"\\ud800"``),
+    so cleaning the action's text is not enough.
+    """
+    if isinstance(value, str):
+        return utf8_safe(value)
+    if isinstance(value, dict):
+        return {_utf8_safe_json(key): _utf8_safe_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_utf8_safe_json(item) for item in value]
+    return value
+
+
 class ToolWrapper(gym.Wrapper[str, str, str, str]):
     """Runs the tool calls in an action and returns their output; see the module docstring.
 
@@ -158,14 +185,22 @@ class ToolWrapper(gym.Wrapper[str, str, str, str]):
             raise ResetNeeded("ToolWrapper.step() needs reset() first, and again after an episode ends.")
         if not isinstance(action, str):
             raise EnvUsageError(f"Actions are text: step() needs a str, got {type(action).__name__}.")
+        length = len(action)
+        action, cut_note = cut_action(action, self._max_action_chars())
         parsed = parse_tool_calls(action, self.tools)
         if not parsed:
-            return self._env_step(action)
-        if self.calls_used >= self.max_calls:
+            result = self._env_step(action)
+        elif self.calls_used >= self.max_calls:
             note = (f"[Your tool calls were not run: all {self.max_calls} tool calls of this "
                     "episode are used, so your message was read as an answer.]")
-            return self._env_step(action, note=note)
-        return self._tool_turn(parsed)
+            result = self._env_step(action, note=note)
+        else:
+            result = self._tool_turn(parsed)
+        if cut_note is None:
+            return result
+        observation, reward, terminated, truncated, info = result
+        return (self._cap(f"{cut_note}\n{observation}"), reward, terminated, truncated,
+                {**info, "action_cut": length})
 
     def close(self) -> None:
         for tool in self.tools.values():
@@ -181,8 +216,8 @@ class ToolWrapper(gym.Wrapper[str, str, str, str]):
         self._success = bool(info.get("success", False))
         self._turn = info.get("turn", self._turn)
         if note is not None:
-            observation = self._cap(f"{note}\n{observation}")
-        return observation, reward, terminated, truncated, {**info, "tool_calls": self.calls_used}
+            observation = f"{note}\n{observation}"
+        return self._cap(observation), reward, terminated, truncated, {**info, "tool_calls": self.calls_used}
 
     def _tool_turn(self, parsed: ParsedCalls) -> tuple[str, float, bool, bool, dict[str, Any]]:
         blocks: list[str] = []
@@ -199,9 +234,11 @@ class ToolWrapper(gym.Wrapper[str, str, str, str]):
                 blocks.append(f"<tool_error>{item.message}</tool_error>")
                 results.append({"name": item.name, "status": "invalid", "output": item.message})
                 continue
-            output = _clip(self.tools[item.name.lower()].call(**item.arguments), self.max_output_chars)
+            arguments = _utf8_safe_json(item.arguments)
+            output = self.tools[item.name.lower()].call(**arguments)
+            output = utf8_safe(_clip(output, self.max_output_chars))
             blocks.append(f'<tool_response name="{item.name}">\n{output}\n</tool_response>')
-            results.append({"name": item.name, "status": "ok", "arguments": item.arguments,
+            results.append({"name": item.name, "status": "ok", "arguments": arguments,
                             "output": output})
         if self.calls_used >= self.max_calls:
             blocks.append(f"You have used all {self.max_calls} tool calls: your next message "
@@ -214,4 +251,10 @@ class ToolWrapper(gym.Wrapper[str, str, str, str]):
 
     def _cap(self, text: str) -> str:
         limit = getattr(self.observation_space, "max_length", MAX_OBSERVATION_CHARS)
-        return _clip(text, limit)
+        return utf8_safe(_clip(text, limit))
+
+    def _max_action_chars(self) -> int:
+        try:
+            return int(self.env.get_wrapper_attr("max_action_chars"))
+        except AttributeError:  # an env that is not a TextEnv
+            return MAX_ACTION_CHARS

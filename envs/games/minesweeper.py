@@ -59,8 +59,11 @@ _VERBS = {
 }
 _HOW_TO = ("write reveal R C, flag R C or unflag R C with a row and a column number, "
            "e.g. <answer>reveal 2 3</answer>")
+# ``[a-z]++`` is possessive: backtracking into the verb could never make a
+# match (a shorter verb leaves the same text after it), and on a long word it
+# took a step per letter.
 _MOVE = re.compile(
-    r"([a-z]+)\s*[(\[]?\s*(?:row\s*)?(-?\d+)\s*(?:,\s*|\s+)(?:col(?:umn)?\s*)?(-?\d+)\s*[)\]]?"
+    r"([a-z]++)\s*[(\[]?\s*(?:row\s*)?(-?\d+)\s*(?:,\s*|\s+)(?:col(?:umn)?\s*)?(-?\d+)\s*[)\]]?"
 )
 
 

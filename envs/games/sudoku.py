@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from itertools import islice
 from math import isqrt
 from typing import Any
 
@@ -344,8 +345,11 @@ class SudokuEnv(TextEnv):
         """The answer as a whole grid of size*size digits (0 or '.' empty), else None."""
         if "||" in answer:
             return None
-        cells = [_cell_value(ch) for ch in _GRID_JUNK.sub("", answer)]
-        return cells if len(cells) == self._size ** 2 and -1 not in cells else None
+        chars = _GRID_JUNK.sub("", answer)
+        if len(chars) != self._size ** 2:  # before reading each character: answers can be long
+            return None
+        cells = [_cell_value(ch) for ch in chars]
+        return cells if -1 not in cells else None
 
     def _grid_moves(self, grid: list[int]) -> list[str]:
         """A whole grid as moves: your entries are cleared, then it is written row by row."""
@@ -413,12 +417,20 @@ class SudokuEnv(TextEnv):
 def _parse_move(text: str) -> tuple[int, int, int] | None:
     """``"r2c3=4"`` or ``"2, 3, 4"`` -> ``(2, 3, 4)``; ``clear 2 3`` -> ``(2, 3, 0)``."""
     cleaned = normalize(text)
-    read = [read_int(n) for n in _NUMBER.findall(cleaned)]
-    numbers = [n for n in read if n is not None]
-    words = _WORD.findall(_NUMBER.sub(" ", cleaned))
-    clearing = [w for w in words if w in _CLEAR_WORDS]
-    if len(numbers) < len(read) or any(w not in _FILLER and w not in _CLEAR_WORDS for w in words):
+    # A move has at most three numbers: read a fourth, not every number of a long text.
+    read = [read_int(n.group()) for n in islice(_NUMBER.finditer(cleaned), 4)]
+    if len(read) > 3:
         return None
+    numbers = [n for n in read if n is not None]
+    if len(numbers) < len(read):
+        return None
+    clearing = False
+    for found in _WORD.finditer(_NUMBER.sub(" ", cleaned)):  # stops at the first stray word
+        word = found.group()
+        if word in _CLEAR_WORDS:
+            clearing = True
+        elif word not in _FILLER:
+            return None
     if clearing and len(numbers) == 2:
         return numbers[0], numbers[1], 0
     if len(numbers) == 3 and not clearing:
