@@ -44,7 +44,9 @@ AGENTGYM = str(Path(sys.executable).with_name("agentgym"))
 
 
 def _stats(server: BuiltinServer) -> dict[str, int]:
-    with urllib.request.urlopen(f"{server.url}/stats", timeout=10) as response:  # loopback only
+    request = urllib.request.Request(f"{server.url}/stats",
+                                     headers={"Authorization": f"Bearer {server.api_key}"})
+    with urllib.request.urlopen(request, timeout=10) as response:  # loopback only
         return dict(json.load(response))
 
 
@@ -63,7 +65,8 @@ def measure(model: str, cache_mib: int, turns: int, allocator: str, args: argpar
         malloc = preloaded_allocator(server.process.pid)
         user_before, system_before = _cpu_seconds(server.process.pid)
         command = [AGENTGYM, "rollout", "--env", "Sokoban-LLM-v0", "-k", "brief=true",
-                   "-k", "show_positions=true", "--base-url", server.base_url, "--model", model,
+                   "-k", "show_positions=true", "--base-url", server.base_url,
+                   "--api-key", server.api_key, "--model", model,
                    "--episodes", str(args.episodes), "--max-turns", str(turns),
                    "--max-tokens", str(args.max_tokens), "--temperature", "1", "--seed", "0",
                    "--concurrency", str(args.concurrency)]

@@ -63,8 +63,9 @@ async def _client_loop(client: openai.AsyncOpenAI, model: str, prompt: list[int]
         done.append(len(answer.choices[0].token_ids))  # type: ignore[attr-defined]
 
 
-async def _measure(base_url: str, model: str, concurrency: int, seconds: float, max_tokens: int) -> Level:
-    async with openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0,
+async def _measure(base_url: str, model: str, concurrency: int, seconds: float, max_tokens: int,
+                   api_key: str) -> Level:
+    async with openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0,
                                   timeout=300) as client:
         await client.completions.create(model=model, prompt=[1, 2, 3], max_tokens=4)  # warm up
         done: list[int] = []
@@ -77,12 +78,12 @@ async def _measure(base_url: str, model: str, concurrency: int, seconds: float, 
 
 
 def _run_levels(name: str, base_url: str, model: str, seconds: float, max_tokens: int,
-                warmup: float) -> list[Level]:
+                warmup: float, api_key: str = "EMPTY") -> list[Level]:
     if warmup > 0:  # first batches of each size are slow (vLLM compiles them, torch warms up)
-        asyncio.run(_measure(base_url, model, LEVELS[-1], warmup, max_tokens))
+        asyncio.run(_measure(base_url, model, LEVELS[-1], warmup, max_tokens, api_key))
     levels = []
     for concurrency in LEVELS:
-        level = asyncio.run(_measure(base_url, model, concurrency, seconds, max_tokens))
+        level = asyncio.run(_measure(base_url, model, concurrency, seconds, max_tokens, api_key))
         console.print(f"{name:>8} at {concurrency:>2}: {level.tokens_per_s:8.0f} tokens/s "
                       f"({level.requests} answers in {level.seconds:.1f} s)")
         levels.append(level)
@@ -116,7 +117,7 @@ def main() -> None:
     results: dict[str, list[Level]] = {}
     with BuiltinServer(model_dir, served_model_name="bench", max_model_len=max_model_len) as server:
         results["built-in"] = _run_levels("built-in", server.base_url, "bench", args.seconds,
-                                          args.max_tokens, args.warmup)
+                                          args.max_tokens, args.warmup, server.api_key)
     if not args.no_vllm:
         with _vllm(model_dir, max_model_len) as base_url:
             if base_url is not None:

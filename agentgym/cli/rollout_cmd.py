@@ -179,9 +179,9 @@ async def playing_with(player: Player, config: RolloutConfig, *, record: bool) -
         console.print(f"Starting the built-in server with model {escape(player.model)} ...")
     server = BuiltinServer(player.model) if player.base_url is None else contextlib.nullcontext()
     with server as running:
-        base_url, name = ((running.base_url, running.model_name) if running is not None
-                          else (player.base_url, player.model))
-        async with OpenAIPolicy(base_url, name, api_key=player.api_key, sampling=sampling,
+        base_url, name, key = ((running.base_url, running.model_name, running.api_key) if running is not None
+                               else (player.base_url, player.model, player.api_key))
+        async with OpenAIPolicy(base_url, name, api_key=key, sampling=sampling,
                                 max_connections=config.concurrency) as policy:
             yield policy, renderer
 

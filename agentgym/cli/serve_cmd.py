@@ -48,9 +48,11 @@ def serve_command(
         raise fail(f"--port must be between 1 and 65535, got {port}.")
     if prefix_cache_mib < 0:
         raise fail(f"--prefix-cache-mib must be 0 (off) or more, got {prefix_cache_mib}.")
+    if api_key is not None and not api_key.strip():
+        raise fail("--api-key is empty; give a real key or leave it out (loopback only).")
     if not is_loopback(host) and not api_key:
-        console.print(f"[yellow]warning:[/] binding {host} without --api-key lets anyone who can "
-                      "reach it use the model and replace its weights.")
+        raise fail(f"Refusing to bind {host} without --api-key: anyone who can reach it could use "
+                   "the model and replace its weights. Pass --api-key KEY, or bind 127.0.0.1.")
     name = served_model_name or model
     if engine is EngineName.vllm:
         from agentgym.serve.vllm import serve_vllm
@@ -58,13 +60,21 @@ def serve_command(
         code = serve_vllm(model=model, host=host, port=port, served_model_name=name,
                           max_model_len=max_model_len, api_key=api_key)
         raise typer.Exit(code)
+    import secrets
+
     from agentgym.allocator import preloaded_allocator
     from agentgym.serve.launch import serve_builtin
 
     console.print(f"Serving {model} as {name!r} at http://{host}:{port}/v1 (built-in engine; "
                   f"memory allocator: {preloaded_allocator()}).")
+    # The control routes always want a key: code in a local sandbox reaches loopback too.
+    control_key = None if api_key else secrets.token_urlsafe(24)
+    if control_key:
+        console.print(f"Control routes (/update_weights, LoRA, /reset_prefix_cache) want "
+                      f"'Authorization: Bearer {control_key}'; inference is open.", soft_wrap=True)
     try:
-        serve_builtin(model, host=host, port=port, api_key=api_key, served_model_name=name,
+        serve_builtin(model, host=host, port=port, api_key=api_key, control_key=control_key,
+                      served_model_name=name,
                       max_model_len=max_model_len, torch_threads=threads,
                       prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype)
     except AgentGymError as exc:

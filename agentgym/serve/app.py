@@ -16,8 +16,15 @@ Routes (OpenAI, then vLLM's extensions, then agentgym's):
 Errors use the OpenAI shape ``{"error": {"message", "type", "param",
 "code"}}`` with a 4xx status and a message naming the field; an unexpected
 failure is logged and answered with a 500 of the same shape; the server
-keeps serving. With ``api_key`` every route but ``/health`` wants
-``Authorization: Bearer KEY``.
+keeps serving.
+
+Keys: the control routes (``/update_weights``, the LoRA routes,
+``/collective_rpc``, ``/reset_prefix_cache``) always want
+``Authorization: Bearer KEY``: code a model wrote runs in a sandbox on the
+same host and can reach loopback, so a keyless control route would let it
+replace the policy's weights. With ``api_key`` every route but ``/health``
+wants it; without, the control routes want ``control_key`` (one is generated
+when none is given: ``app.state.control_key``) and inference stays open.
 
 Departures from vLLM, on purpose: a prompt that fits but leaves less room
 than ``max_tokens`` is refused (400 naming ``max_tokens``) where vLLM 0.32
@@ -31,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Any
@@ -79,12 +87,15 @@ from agentgym.serve.responses import (
     completion_stream,
 )
 
-__all__ = ["create_app", "error_response"]
+__all__ = ["CONTROL_PATHS", "create_app", "error_response"]
 
 _log = logging.getLogger("agentgym.serve")
 
 _DISCONNECT_POLL_S = 1.0  # how often a waiting request checks that its client is still there
 _OPEN_PATHS = frozenset({"/health"})  # reachable without the API key (load balancers, readiness)
+#: Routes that change what the server serves: never reachable without a key.
+CONTROL_PATHS = frozenset({"/update_weights", "/v1/load_lora_adapter", "/v1/unload_lora_adapter",
+                           "/collective_rpc", "/reset_prefix_cache"})
 
 
 def error_response(status: int, message: str, *, param: str | None = None,
@@ -96,18 +107,25 @@ def error_response(status: int, message: str, *, param: str | None = None,
 
 
 class _RequireKey:
-    """ASGI middleware: 401 unless ``Authorization: Bearer <key>`` (constant-time compare)."""
+    """ASGI middleware: 401 unless ``Authorization: Bearer <key>`` (constant-time compare).
 
-    def __init__(self, app: ASGIApp, key: str) -> None:
+    ``api_key`` (if any) guards every route but ``/health``; the control routes
+    want ``control_key`` (the API key when there is one).
+    """
+
+    def __init__(self, app: ASGIApp, api_key: str | None, control_key: str) -> None:
         self.app = app
-        self.expected = f"Bearer {key}".encode()
+        self.expected = f"Bearer {api_key}".encode() if api_key else None
+        self.control = f"Bearer {control_key}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+            expected = self.control if scope["path"] in CONTROL_PATHS else self.expected
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if expected is not None and not hmac.compare_digest(given, expected):
                 error = AuthenticationError("Incorrect or missing API key: send the header "
-                                            "'Authorization: Bearer <key>' with the server's --api-key.")
+                                            "'Authorization: Bearer <key>' with the server's --api-key "
+                                            "(control routes always need one).")
                 response = error_response(error.status_code, error.message, error_type=error.error_type)
                 await response(scope, receive, send)
                 return
@@ -118,15 +136,19 @@ def _internal_error(message: str) -> Response:
     return error_response(500, message, error_type="InternalServerError")
 
 
-def create_app(engine: Engine, *, api_key: str | None = None,
+def create_app(engine: Engine, *, api_key: str | None = None, control_key: str | None = None,
                served_model_name: str | None = None) -> FastAPI:
-    """The FastAPI app serving ``engine`` as ``served_model_name`` (default: the model as given)."""
+    """The FastAPI app serving ``engine`` as ``served_model_name`` (default: the model as given).
+
+    ``control_key`` guards the control routes when there is no ``api_key``
+    (generated when not given; read it from ``app.state.control_key``).
+    """
     name = served_model_name or engine.config.model
     app = FastAPI(title="agentgym built-in server", version=agentgym.__version__)
     app.state.engine = engine
     app.state.served_model_name = name
-    if api_key:
-        app.add_middleware(_RequireKey, key=api_key)
+    app.state.control_key = api_key or control_key or secrets.token_urlsafe(24)
+    app.add_middleware(_RequireKey, api_key=api_key, control_key=app.state.control_key)
     # Added last: the outermost of ours, so it also covers the key check.
     app.add_middleware(CatchAll, answer=_internal_error, log=_log)
     _add_error_handlers(app)

@@ -5,19 +5,25 @@ the tests use: it starts ``python -m agentgym.serve`` on a free loopback
 port, waits for ``/health``, and stops the process on exit::
 
     with BuiltinServer("tiny") as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="none")
+        client = openai.OpenAI(base_url=server.base_url, api_key=server.api_key)
         client.completions.create(model=server.model_name, prompt=[1, 2, 3], max_tokens=8)
 
 A child process rather than a thread: the model then has its own
 interpreter lock and torch thread settings, so the caller's event loop and
 the server's do not slow each other down, and stopping it is clean. The child
 runs on tcmalloc where the machine has it (``agentgym.allocator``).
+
+The server always wants a key (``Authorization: Bearer KEY`` on every route
+but ``/health``): one is generated when none is given, and ``.api_key`` holds
+it. Code a model wrote runs on this host and reaches loopback; without the
+key it cannot call ``/update_weights`` or use the model.
 """
 
 from __future__ import annotations
 
 import http.client
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -102,10 +108,14 @@ def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] |
 
 
 def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_key: str | None = None,
-                  served_model_name: str | None = None, max_model_len: int | None = None,
+                  control_key: str | None = None, served_model_name: str | None = None, max_model_len: int | None = None,
                   torch_threads: int | None = None, prefix_cache_mib: int = 1024,
                   device: str = "auto", dtype: str = "float32", log_level: str = "info") -> None:
-    """Load ``model`` and serve it over HTTP until interrupted (blocks)."""
+    """Load ``model`` and serve it over HTTP until interrupted (blocks).
+
+    ``api_key`` guards every route but ``/health``; without it the control
+    routes want ``control_key`` (see ``create_app``).
+    """
     import uvicorn
 
     from agentgym.serve.app import create_app
@@ -114,7 +124,8 @@ def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_ke
     engine = Engine(EngineConfig(model, max_model_len=max_model_len,
                                  torch_threads=torch_threads or default_torch_threads(),
                                  prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype))
-    app = create_app(engine, api_key=api_key, served_model_name=served_model_name)
+    app = create_app(engine, api_key=api_key, control_key=control_key,
+                     served_model_name=served_model_name)
     try:
         engine.start()
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
@@ -128,7 +139,8 @@ class BuiltinServer:
 
     ``base_url`` ends in ``/v1`` (what ``openai.OpenAI`` wants), ``url`` is the
     root (``/health``, ``/tokenize``, ``/update_weights``), ``model_name`` the
-    name to put in requests.
+    name to put in requests, ``api_key`` the key every route but ``/health``
+    wants (``api_key`` as given, or a random one).
     """
 
     def __init__(self, model: str, port: int | None = None, *, served_model_name: str | None = None,
@@ -140,7 +152,7 @@ class BuiltinServer:
         self.port = port or free_port()
         self.model_name = served_model_name or model
         self.max_model_len = max_model_len
-        self.api_key = api_key
+        self.api_key = api_key or secrets.token_urlsafe(24)
         self.torch_threads = torch_threads
         self.prefix_cache_mib = prefix_cache_mib  # None: the server's default
         self.device = device  # None: the server's default (auto: the GPU when there is one)
@@ -157,8 +169,7 @@ class BuiltinServer:
                 "--port", str(self.port), "--served-model-name", self.model_name]
         if self.max_model_len is not None:
             args += ["--max-model-len", str(self.max_model_len)]
-        if self.api_key:
-            args += ["--api-key", self.api_key]
+        args += ["--api-key", self.api_key]
         if self.torch_threads is not None:
             args += ["--threads", str(self.torch_threads)]
         if self.prefix_cache_mib is not None:

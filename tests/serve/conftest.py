@@ -30,7 +30,7 @@ def server(request: pytest.FixtureRequest, tiny_model: str) -> Iterator[RunningS
     """A running OpenAI-compatible server with the tiny model, built-in or vLLM."""
     if request.param == "builtin":
         with BuiltinServer(tiny_model, served_model_name=MODEL_NAME, max_model_len=MAX_MODEL_LEN) as built:
-            yield RunningServer("builtin", built.url, MODEL_NAME, MAX_MODEL_LEN)
+            yield RunningServer("builtin", built.url, MODEL_NAME, MAX_MODEL_LEN, api_key=built.api_key)
         return
     from agentgym.serve import vllm
 

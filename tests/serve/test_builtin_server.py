@@ -18,7 +18,7 @@ import openai
 import pytest
 from serve_helpers import TIMEOUT_S, RunningServer, ThreadedServer
 
-from agentgym.serve.app import create_app
+from agentgym.serve.app import CONTROL_PATHS, create_app
 from agentgym.serve.engine import Engine, EngineConfig
 from agentgym.serve.launch import BuiltinServer
 
@@ -50,7 +50,9 @@ def test_without_the_api_key_every_route_but_health_is_401(keyed_server: Running
         assert response.status_code == 401
         assert response.json()["error"]["code"] == 401
         assert "Authorization: Bearer" in response.json()["error"]["message"]
-    assert _http(keyed_server, "POST", "/update_weights", key=None, json={}).status_code == 401
+    for path in CONTROL_PATHS:
+        assert _http(keyed_server, "POST", path, key=None, json={}).status_code == 401, path
+        assert _http(keyed_server, "POST", path, key="wrong", json={}).status_code == 401, path
     assert _http(keyed_server, "GET", "/health", key=None).status_code == 200
     with pytest.raises(openai.AuthenticationError):
         keyed_server.client(api_key="wrong").models.list()
@@ -332,7 +334,8 @@ def test_the_builtin_server_runs_on_tcmalloc_unless_told_otherwise(tiny_model: s
         assert server.process is not None
         assert preloaded_allocator(server.process.pid).startswith(tcmalloc)
         answer = httpx2.post(f"{server.base_url}/completions",
-                            json={"model": tiny_model, "prompt": [1, 2, 3], "max_tokens": 4}, timeout=60)
+                             json={"model": tiny_model, "prompt": [1, 2, 3], "max_tokens": 4},
+                             headers={"Authorization": f"Bearer {server.api_key}"}, timeout=60)
         assert answer.status_code == 200
     monkeypatch.setenv(ALLOCATOR_ENV, "system")
     with BuiltinServer(tiny_model) as server:

@@ -1,0 +1,97 @@
+"""Hostile input to the built-in server (issue 38): keys on the control routes, big bodies,
+many stop strings, inputs the schema forbids.
+
+Code a model wrote runs in a sandbox on the same host and reaches loopback, so
+these are attacks from inside, not only from the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+from serve_helpers import MODEL_NAME, TIMEOUT_S, RunningServer, ThreadedServer
+from typer.testing import CliRunner
+
+from agentgym.serve.app import CONTROL_PATHS, create_app
+from agentgym.serve.engine import Engine, EngineConfig
+
+CONTROL_KEY = "control-only"
+
+
+@pytest.fixture(scope="module")
+def open_server(tiny_model: str) -> Iterator[str]:
+    """An in-process app without an API key (inference open) whose control routes want CONTROL_KEY."""
+    engine = Engine(EngineConfig(tiny_model, max_model_len=512))
+    try:
+        with ThreadedServer(create_app(engine, control_key=CONTROL_KEY, served_model_name=MODEL_NAME)) as threaded:
+            yield threaded.url
+    finally:
+        engine.close()
+
+
+def _post(url: str, key: str | None, json: object = None) -> httpx2.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        return http.post(url, json=json if json is not None else {}, headers=headers)
+
+
+# --------------------------------------------------------------------- keys ---
+
+@pytest.mark.parametrize("path", sorted(CONTROL_PATHS))
+def test_control_routes_want_the_key_even_when_inference_is_open(open_server: str, path: str) -> None:
+    for key in (None, "wrong"):
+        refused = _post(f"{open_server}{path}", key)
+        assert refused.status_code == 401
+        assert "Authorization: Bearer" in refused.json()["error"]["message"]
+    # With the key the request reaches the route (an empty body is then a bad request, not a 401).
+    assert _post(f"{open_server}{path}", CONTROL_KEY).status_code != 401
+
+
+def test_without_an_api_key_inference_stays_open(open_server: str) -> None:
+    answer = _post(f"{open_server}/v1/completions", None,
+                   {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 2})
+    assert answer.status_code == 200
+    assert _post(f"{open_server}/reset_prefix_cache", CONTROL_KEY).status_code == 200
+
+
+def test_an_app_without_keys_still_guards_its_control_routes(tiny_model: str) -> None:
+    engine = Engine(EngineConfig(tiny_model, max_model_len=512))
+    app = create_app(engine)
+    generated = app.state.control_key
+    assert isinstance(generated, str) and len(generated) >= 24
+    assert create_app(engine).state.control_key != generated  # random, not a constant
+    engine.close()
+
+
+def test_the_builtin_server_generates_a_key_and_wants_it(server: RunningServer) -> None:
+    if server.kind != "builtin":
+        pytest.skip("BuiltinServer's key")
+    assert server.api_key not in ("", "unused")
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        assert http.get(f"{server.url}/v1/models").status_code == 401
+        assert http.post(f"{server.url}/update_weights", json={}).status_code == 401
+        keyed = http.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {server.api_key}"})
+        assert keyed.status_code == 200
+
+
+def test_the_builtin_server_passes_its_key_to_the_child() -> None:
+    from agentgym.serve.launch import BuiltinServer
+
+    generated = BuiltinServer("tiny", port=1)
+    command = generated.command()
+    assert command[command.index("--api-key") + 1] == generated.api_key
+    assert BuiltinServer("tiny", port=1).api_key != generated.api_key
+    assert BuiltinServer("tiny", port=1, api_key="given").api_key == "given"
+
+
+def test_serve_refuses_to_bind_off_loopback_without_a_key() -> None:
+    from agentgym.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--model", "tiny", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    assert "Refusing to bind 0.0.0.0 without --api-key" in result.output
+    result = CliRunner().invoke(app, ["serve", "--model", "tiny", "--api-key", " "])
+    assert result.exit_code == 2
+    assert "--api-key is empty" in result.output
