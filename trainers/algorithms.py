@@ -32,7 +32,7 @@ Departures from the papers, on purpose:
   tokens of each forward batch only; the KL term keeps every token. In a
   multi-turn text game most tokens are the answer's fixed markup: their
   gradient is tiny but, summed over long failed episodes, one-signed, and
-  Adam scales it up to a full step (docs/results.md, 2026-11-27).
+  Adam scales it up to a full step (docs/log.md, 2026-11-27).
 """
 
 from __future__ import annotations

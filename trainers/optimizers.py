@@ -6,10 +6,10 @@ the same optimiser whichever backend reads them.
 Why SGD is offered beside AdamW: AdamW divides each weight's step by that
 weight's own gradient size, so a weight whose gradient is pure noise still moves
 by about ``lr`` every update. With a few hundred episodes a step, most of a
-small model's policy gradient is noise (docs/results.md, 2026-11-27), and those
+small model's policy gradient is noise (docs/log.md, 2026-11-27), and those
 steps add up to a random walk away from the SFT model. SGD's step is the
 gradient itself: the weights the batch says little about barely move. (On the
-tiny Sokoban model GRPO lost to its lr-0 control with either; docs/results.md,
+tiny Sokoban model GRPO lost to its lr-0 control with either; docs/log.md,
 "SGD instead of AdamW".)
 """
 
