@@ -13,18 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.loop import run_training
 from agentgym.trainers.metrics import read_jsonl
+from agentgym.trainers.run import train
+from agentgym.trainers.settings import TrainConfig
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_grpo_fsdp_defaults_learn_bandit_in_40_steps(tmp_path: Path) -> None:
     """`agentgym train --trainer grpo --backend fsdp --env Bandit-LLM-v0 --model tiny --steps 40`."""
-    config = TrainConfig(trainer="grpo", backend="fsdp", env_id="Bandit-LLM-v0", model="tiny", steps=40,
-                         out=str(tmp_path / "run"))
-    run_training(config, device="cpu")
+    config = TrainConfig.from_dict({"trainer": "grpo", "backend": "fsdp", "env_id": "Bandit-LLM-v0", "model": "tiny",
+                                    "steps": 40, "out": str(tmp_path / "run")})
+    train(config, device="cpu")
     success = [record["success"] for record in read_jsonl(tmp_path / "run" / "metrics.jsonl")]
     assert len(success) == 40
     # After the format warm-up the model writes valid answers but picks an arm at chance.
@@ -38,14 +38,14 @@ def test_grpo_fsdp_defaults_learn_bandit_in_40_steps(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 def test_online_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: Path) -> None:
     def config(out: str, **changes: object) -> TrainConfig:
-        return TrainConfig(env_id="Bandit-LLM-v0", out=str(tmp_path / out), steps=4, group_size=4,
-                           episodes_per_step=8, format_warmup_episodes=16, format_warmup_steps=10,
-                           checkpoint_every=100, seed=5, **changes)
+        return TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "out": str(tmp_path / out), "steps": 4,
+                                      "group_size": 4, "episodes_per_step": 8, "format_warmup_episodes": 16,
+                                      "format_warmup_steps": 10, "checkpoint_every": 100, "seed": 5, **changes})
 
-    run_training(config("straight"), device="cpu")
-    first = run_training(config("resumed"), stop_after=2, device="cpu")
+    train(config("straight"), device="cpu")
+    first = train(config("resumed"), stop_after=2, device="cpu")
     assert first.stopped_early
-    run_training(config("resumed", resume=True), device="cpu")  # a fresh server, synced from the checkpoint
+    train(config("resumed", resume=True), device="cpu")  # a fresh server, synced from the checkpoint
     want = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     got = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
     assert [r["step"] for r in got] == [0, 1, 2, 3]

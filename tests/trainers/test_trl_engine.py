@@ -1,7 +1,9 @@
-"""The trl backend offline (``--trajectories FILE``) and its resume: no server, real TRL, real Parquet."""
+"""The trl engine (TRL's SFTTrainer used as a component) under GRPO, through the run skeleton: offline
+runs, resume, the time budget, frozen parameters, its optimiser, and torchrun refused."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -10,13 +12,20 @@ from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.errors import ConfigError
-from agentgym.trainers.config import TrainConfig
+from agentgym.trainers.batch import token_advantages
+from agentgym.trainers.fsdp.distributed import Dist
+from agentgym.trainers.grpo import GRPOLearner
+from agentgym.trainers.learner import build_learner, engine_class
 from agentgym.trainers.metrics import read_jsonl
-from agentgym.trainers.trl_backend import run_trl
+from agentgym.trainers.run import train
+from agentgym.trainers.settings import TrainConfig
 
+BANDIT = "Bandit-LLM-v0"
 _ANSWERS = ["<answer>Dragon</answer>", "<answer>Phoenix</answer>", "<answer>Dragon</answer> now", "what?"]
 #: rewards of the four episodes of each group; group g is seeded 100 + g
 _REWARDS = [[1.0, 0.3, 0.0, -0.1], [0.3, 1.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.3], [1.0, -0.1, 1.0, 1.0]]
+#: what differs between two runs of the same steps: clocks
+_TIMES = ("time/", "train_tokens_per_s")
 
 
 @pytest.fixture
@@ -30,7 +39,20 @@ def _config(rollout_file: Path, out: Path, **changes: object) -> TrainConfig:
                                  "group_size": 4, "episodes_per_step": 8, "lr": 1e-3, "seed": 3,
                                  "checkpoint_every": 100, "lr_schedule": "cosine", "mini_batches": 2}
     values.update(changes)
-    return TrainConfig(**values)
+    return TrainConfig.from_dict(values)
+
+
+def _learner(**changes: object) -> GRPOLearner:
+    values: dict[str, object] = {"env_id": BANDIT, "backend": "trl", "group_size": 4, "episodes_per_step": 8}
+    learner = build_learner(GRPOLearner, TrainConfig.from_dict({**values, **changes}), Dist())
+    assert isinstance(learner, GRPOLearner)
+    return learner
+
+
+def _rows(make_row) -> list:
+    answers = ["<answer>Dragon</answer>", "<answer>Phoenix</answer>", "<answer>Dragon</answer>", "nonsense"]
+    return [make_row(answer, reward=reward, group=group, index=i, seed=group, prompt=f"Task {group}.")
+            for group in range(2) for i, (answer, reward) in enumerate(zip(answers, [1.0, 0.3, 1.0, -0.1]))]
 
 
 @pytest.mark.slow
@@ -45,7 +67,8 @@ def test_agentgym_train_backend_trl_on_a_rollout_file(rollout_file: Path, tmp_pa
     for record, groups in zip(records, [(0, 1), (2, 3), (0, 1)]):  # round and round the file
         rewards = [reward for g in groups for reward in _REWARDS[g]]
         assert record["episodes"] == 8 and record["reward"] == pytest.approx(sum(rewards) / 8)
-        assert record["time/sync"] == 0.0 and record["grad_norm"] > 0 and record["policy_version"] == record["step"] + 1
+        assert "time/sync" not in record and record["grad_norm"] > 0  # offline: nothing pushed
+        assert record["policy_version"] == record["step"] + 1
     samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
     assert {s["step"] for s in samples} == {0, 1, 2}
     assert (tmp_path / "run" / "final" / "model.safetensors").exists()
@@ -55,17 +78,18 @@ def test_agentgym_train_backend_trl_on_a_rollout_file(rollout_file: Path, tmp_pa
 def test_trl_run_stopped_half_way_resumes_to_the_same_metrics_and_weights(rollout_file: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    straight = run_trl(_config(rollout_file, tmp_path / "straight"))
-    stopped = run_trl(_config(rollout_file, tmp_path / "resumed"), stop_after=2)
+    straight = train(_config(rollout_file, tmp_path / "straight"), device="cpu")
+    stopped = train(_config(rollout_file, tmp_path / "resumed"), stop_after=2, device="cpu")
     assert stopped.stopped_early and len(stopped.metrics) == 2 and stopped.final_model is None
-    resumed = run_trl(_config(rollout_file, tmp_path / "resumed", resume=True))
+    resumed = train(_config(rollout_file, tmp_path / "resumed", resume=True), device="cpu")
     assert len(resumed.metrics) == 2 and not resumed.stopped_early
 
     logged = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
     expected = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     assert [r["step"] for r in logged] == [r["step"] for r in expected] == [0, 1, 2, 3]
     for got, want in zip(logged, expected):
-        for key in ("reward", "success", "loss", "grad_norm", "entropy", "lr", "clip_fraction", "ratio_mean"):
+        assert got.keys() == want.keys() and {"loss", "grad_norm", "entropy", "lr", "clip_fraction"} <= got.keys()
+        for key in (k for k in want if not k.startswith(_TIMES)):
             assert got[key] == want[key], (got["step"], key)
     assert straight.final_model is not None and resumed.final_model is not None
     one, two = load_file(straight.final_model / "model.safetensors"), load_file(resumed.final_model / "model.safetensors")
@@ -73,23 +97,104 @@ def test_trl_run_stopped_half_way_resumes_to_the_same_metrics_and_weights(rollou
         torch.testing.assert_close(value, one[name], atol=0, rtol=0, msg=name)
 
 
-def test_a_file_whose_groups_do_not_make_a_step_says_what_to_change(rollout_file: Path, tmp_path: Path) -> None:
-    config = _config(rollout_file, tmp_path / "run", group_size=3, episodes_per_step=6, mini_batches=1)
-    with pytest.raises(ConfigError, match=r"is 8 episodes \(whole groups\).*Set --episodes-per-step to a multiple"):
-        run_trl(config)
-    assert not (tmp_path / "run").exists()  # refused before anything was written
-
-
-def test_the_trl_backend_refuses_torchrun(rollout_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match="The trl backend runs in one process .* under torchrun use --backend fsdp"):
-        run_trl(_config(rollout_file, tmp_path / "run"))
-
-
 @pytest.mark.slow
 def test_trl_run_out_of_max_seconds_ends_after_a_whole_step_with_a_final_model(rollout_file: Path,
                                                                                 tmp_path: Path) -> None:
-    timed = run_trl(_config(rollout_file, tmp_path / "run", max_seconds=1e-6))
+    timed = train(_config(rollout_file, tmp_path / "run", max_seconds=1e-6), device="cpu")
     assert len(timed.metrics) == 1 and not timed.stopped_early
     assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]
     assert timed.final_model is not None and (timed.final_model / "model.safetensors").exists()
+
+
+def test_the_trl_backend_refuses_torchrun(rollout_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    message = "The trl backend runs in one process; under torchrun use --backend fsdp"
+    config = _config(rollout_file, tmp_path / "run")
+    with pytest.raises(ConfigError, match=message):
+        build_learner(GRPOLearner, config, Dist(rank=0, world_size=2))  # a rank of a torchrun group
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's environment, before any group is joined
+    with pytest.raises(ConfigError, match=message):
+        engine_class("trl")(config, Dist())
+
+
+def test_the_trl_model_comes_with_its_frozen_parameters_frozen(make_row) -> None:
+    learner = _learner(frozen_parameters=["model.embed_tokens.*", "model.layers.0.*"])
+    before = {n: p.detach().clone() for n, p in learner.engine.model.named_parameters()}
+    frozen = {n for n, p in learner.engine.model.named_parameters() if not p.requires_grad}
+    assert frozen and all(n.startswith(("model.embed_tokens.", "model.layers.0.")) for n in frozen)
+    assert learner.train_step(_rows(make_row))["train_sequences"] == 8
+    after = dict(learner.engine.model.named_parameters())
+    assert all(torch.equal(before[n], after[n]) for n in frozen)
+    assert not torch.equal(before["model.layers.1.self_attn.v_proj.weight"],
+                           after["model.layers.1.self_attn.v_proj.weight"])
+
+
+def test_the_optimiser_is_the_one_the_settings_name_and_trl_holds_it() -> None:
+    sgd = _learner(optimizer="sgd", momentum=0.9, lr=0.05)
+    optimizer = sgd.engine.optimizer
+    assert type(optimizer) is torch.optim.SGD and sgd.engine.trainer.optimizer is optimizer
+    assert optimizer.param_groups[0]["momentum"] == 0.9 and optimizer.param_groups[0]["lr"] == 0.05
+    adamw = _learner(adam_betas=[0.8, 0.95])
+    assert type(adamw.engine.optimizer) is torch.optim.AdamW
+    assert adamw.engine.optimizer.param_groups[0]["betas"] == (0.8, 0.95)
+    assert adamw.engine.trainer.args.activation_checkpointing is False  # TRL would turn it on
+
+
+def test_mini_batches_and_epochs_are_optimiser_steps(make_row) -> None:
+    learner = _learner(mini_batches=2, epochs=3)
+    metrics = learner.train_step(_rows(make_row))
+    assert learner.engine.optimizer_steps == 6 and learner.version == 1
+    assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-7)  # later updates compare with the step's start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("turn_weight", "baseline"), [(1.0, "episode"), (0.0, "turn")])
+def test_turn_level_advantages_train_on_the_trl_engine(stall_rows, turn_weight: float, baseline: str) -> None:
+    learner = _learner(env_id="Sokoban-LLM-v0", group_size=3, episodes_per_step=3, micro_batch_size=3,
+                       advantage="dr_grpo", turn_advantage_weight=turn_weight, baseline=baseline)
+    advantages = learner.compute_advantages(stall_rows)
+    assert advantages == token_advantages(stall_rows, "dr_grpo", turn_weight=turn_weight, baseline=baseline)
+    assert advantages != token_advantages(stall_rows, "dr_grpo")  # not the plain episode advantage
+    metrics = learner.train_step(stall_rows)
+    assert metrics["train_sequences"] == 3 and math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_trl_backend_learns_bandit_with_the_defaults(tmp_path: Path) -> None:
+    """The proof that it learns: from chance to >= 0.9 success within 40 steps, no tuning flags."""
+    config = TrainConfig.from_dict({"env_id": BANDIT, "backend": "trl", "steps": 40, "out": str(tmp_path / "run")})
+    result = train(config, device="cpu")
+
+    success = [record["success"] for record in read_jsonl(tmp_path / "run" / "metrics.jsonl")]
+    assert len(success) == 40
+    assert 0.25 <= success[0] <= 0.75, "the format warm-up teaches the format, not the answer"
+    assert sum(success[-5:]) / 5 >= 0.9, success
+    assert result.final_model is not None and (result.final_model / "model.safetensors").exists()
+    assert torch.isfinite(torch.tensor([m["loss"] for m in result.metrics])).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_online_trl_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: Path) -> None:
+    """Stopped after 1 of 3 steps, resumed with a fresh built-in server: the same episodes, the same learning."""
+    def config(out: str, **changes: object) -> TrainConfig:
+        return TrainConfig.from_dict({"env_id": BANDIT, "backend": "trl", "out": str(tmp_path / out), "steps": 3,
+                                      "group_size": 4, "episodes_per_step": 8, "format_warmup_episodes": 16,
+                                      "format_warmup_steps": 20, "checkpoint_every": 100, "seed": 5, **changes})
+
+    train(config("straight"), device="cpu")
+    assert train(config("resumed"), stop_after=1, device="cpu").stopped_early
+    train(config("resumed", resume=True), device="cpu")  # a fresh server, synced from the checkpoint
+    want = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
+    got = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [0, 1, 2]
+    for a, b in zip(got, want):
+        for key in ("success", "reward", "valid_actions", "sampled_tokens", "policy_version"):
+            assert a[key] == b[key], (a["step"], key)
+        for key in ("loss", "grad_norm", "entropy", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
+    assert any(r["grad_norm"] > 0 for r in want[1:]), want  # the resumed steps did learn something
+    # episodes.jsonl: the resumed run logged the same episodes as the straight one, none twice.
+    def played(out: str) -> list[tuple[int, str, bool]]:
+        return [(e["step"], e["episode_id"], e["success"]) for e in read_jsonl(tmp_path / out / "episodes.jsonl")]
+    assert played("resumed") == played("straight") and len(played("straight")) == 3 * 8
