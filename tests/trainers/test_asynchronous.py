@@ -12,6 +12,7 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.grpo import GRPOLearner
 from agentgym.trainers.learner import Learner, build_learner
 from agentgym.trainers.metrics import read_jsonl
+from agentgym.trainers import registry
 from agentgym.trainers.registry import register_trainer
 from agentgym.trainers.run import train
 from agentgym.trainers.settings import TrainConfig
@@ -30,7 +31,11 @@ def make_recording(config: TrainConfig, dist: Any) -> Learner:
     return build_learner(RecordingGRPO, config, dist)
 
 
-register_trainer("recording-grpo", {"fsdp": "test_asynchronous:make_recording"}, description="GRPO, recorded.")
+@pytest.fixture(autouse=True)
+def recording_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRPO that records what each step trained on, registered for these tests only."""
+    monkeypatch.setattr(registry, "_TRAINERS", dict(registry._TRAINERS))
+    register_trainer("recording-grpo", {"fsdp": "test_asynchronous:make_recording"}, description="GRPO, recorded.")
 
 
 def _config(out: Path, **changes: Any) -> TrainConfig:
