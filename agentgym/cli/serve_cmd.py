@@ -42,12 +42,17 @@ def serve_command(
     dtype: Annotated[str, typer.Option(
         help="Weights' dtype in the built-in engine: float32, bfloat16 or float16 "
              "(keep float32 on the CPU, where the others are slow).")] = "float32",
+    max_body_mib: Annotated[float, typer.Option(
+        help="Largest request body the built-in engine reads (413 beyond): a body is parsed and "
+             "tokenized whole, at seconds per MiB.")] = 8.0,
 ) -> None:
     """Serve a model over the OpenAI API (with vLLM's token-id extensions) until Ctrl-C."""
     if port < 1 or port > 65535:
         raise fail(f"--port must be between 1 and 65535, got {port}.")
     if prefix_cache_mib < 0:
         raise fail(f"--prefix-cache-mib must be 0 (off) or more, got {prefix_cache_mib}.")
+    if not max_body_mib > 0:
+        raise fail(f"--max-body-mib must be more than 0, got {max_body_mib:g}.")
     if api_key is not None and not api_key.strip():
         raise fail("--api-key is empty; give a real key or leave it out (loopback only).")
     if not is_loopback(host) and not api_key:
@@ -76,6 +81,7 @@ def serve_command(
         serve_builtin(model, host=host, port=port, api_key=api_key, control_key=control_key,
                       served_model_name=name,
                       max_model_len=max_model_len, torch_threads=threads,
-                      prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype)
+                      prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype,
+                      max_body_mib=max_body_mib)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc

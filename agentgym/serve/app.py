@@ -87,7 +87,7 @@ from agentgym.serve.responses import (
     completion_stream,
 )
 
-__all__ = ["CONTROL_PATHS", "create_app", "error_response"]
+__all__ = ["CONTROL_PATHS", "DEFAULT_MAX_BODY_BYTES", "create_app", "error_response"]
 
 _log = logging.getLogger("agentgym.serve")
 
@@ -132,12 +132,59 @@ class _RequireKey:
         await self.app(scope, receive, send)
 
 
+class _BodyTooLarge(HTTPException):
+    """Raised from ``receive`` once a body passes the cap: FastAPI re-raises HTTP exceptions
+    met while reading a body, and ``_add_error_handlers`` answers them in the OpenAI shape."""
+
+
+class _LimitBody:
+    """ASGI middleware: 413 for a body over ``max_bytes``, by Content-Length or while it streams in.
+
+    A body is read whole (and parsed, and tokenized) before a route runs, so an
+    uncapped one costs memory and seconds per MiB.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _message(self) -> str:
+        return (f"The request body is larger than the server's limit of {self.max_bytes} bytes "
+                f"(--max-body-mib); send a shorter prompt.")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.max_bytes:
+            response = error_response(413, self._message(), error_type="RequestTooLargeError")
+            await response(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                raise _BodyTooLarge(413, self._message())
+            return message
+
+        await self.app(scope, counted, send)
+
+
 def _internal_error(message: str) -> Response:
     return error_response(500, message, error_type="InternalServerError")
 
 
+#: The default cap on a request body: about two million tokens of text, far past any context.
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+
+
 def create_app(engine: Engine, *, api_key: str | None = None, control_key: str | None = None,
-               served_model_name: str | None = None) -> FastAPI:
+               served_model_name: str | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI app serving ``engine`` as ``served_model_name`` (default: the model as given).
 
     ``control_key`` guards the control routes when there is no ``api_key``
@@ -148,6 +195,7 @@ def create_app(engine: Engine, *, api_key: str | None = None, control_key: str |
     app.state.engine = engine
     app.state.served_model_name = name
     app.state.control_key = api_key or control_key or secrets.token_urlsafe(24)
+    app.add_middleware(_LimitBody, max_bytes=max_body_bytes)
     app.add_middleware(_RequireKey, api_key=api_key, control_key=app.state.control_key)
     # Added last: the outermost of ours, so it also covers the key check.
     app.add_middleware(CatchAll, answer=_internal_error, log=_log)
@@ -174,7 +222,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail))
+        kind = "RequestTooLargeError" if exc.status_code == 413 else None
+        return error_response(exc.status_code, str(exc.detail), error_type=kind)
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -217,24 +266,28 @@ def _add_info_routes(app: FastAPI, engine: Engine, name: str) -> None:
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest) -> TokenizeResponse:
         _adapter(engine, name, req.model)
-        if req.messages is not None:
-            ids = engine.apply_chat_template(
-                chat_messages(req.messages), add_generation_prompt=req.add_generation_prompt,
-                continue_final_message=req.continue_final_message)
-        elif req.prompt is not None:
-            add = True if req.add_special_tokens is None else req.add_special_tokens
-            ids = engine.encode(req.prompt, add_special_tokens=add)
-        else:
-            raise InvalidRequestError("give either prompt or messages.", param="prompt")
-        strs = [engine.token_text(token) for token in ids] if req.return_token_strs else None
-        return TokenizeResponse(count=len(ids), max_model_len=engine.max_model_len, tokens=ids,
-                                token_strs=strs)
+        return await asyncio.to_thread(_tokenize, engine, req)
 
     @app.post("/detokenize")
     async def detokenize(req: DetokenizeRequest) -> DetokenizeResponse:
         _adapter(engine, name, req.model)
         engine.check_prompt(req.tokens or [0], param="tokens")
-        return DetokenizeResponse(prompt=engine.decode(req.tokens))
+        return DetokenizeResponse(prompt=await asyncio.to_thread(engine.decode, req.tokens))
+
+
+def _tokenize(engine: Engine, req: TokenizeRequest) -> TokenizeResponse:
+    if req.messages is not None:
+        ids = engine.apply_chat_template(
+            chat_messages(req.messages), add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message)
+    elif req.prompt is not None:
+        add = True if req.add_special_tokens is None else req.add_special_tokens
+        ids = engine.encode(req.prompt, add_special_tokens=add)
+    else:
+        raise InvalidRequestError("give either prompt or messages.", param="prompt")
+    strs = [engine.token_text(token) for token in ids] if req.return_token_strs else None
+    return TokenizeResponse(count=len(ids), max_model_len=engine.max_model_len, tokens=ids,
+                            token_strs=strs)
 
 
 # ------------------------------------------------------------- generation ---
@@ -244,21 +297,24 @@ def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
     async def completions(req: CompletionRequest, request: Request) -> Response:
         adapter = _adapter(engine, name, req.model)
         params = completion_params(req)
-        prompts = prompt_ids(engine, req.prompt)
+        prompts = await asyncio.to_thread(prompt_ids, engine, req.prompt)  # /health answers meanwhile
         job = Job(model=req.model or name, prompts=prompts, n=req.n,
                   logprobs=params.logprobs, return_token_ids=bool(req.return_token_ids),
                   include_usage=bool(req.stream_options and req.stream_options.include_usage))
         generation = engine.submit(prompts, params, n=req.n, adapter=adapter, stream=bool(req.stream))
         if req.stream:
             return _sse(completion_stream(engine, job, generation))
-        return _json(completion_response(engine, job, await _result(request, generation)))
+        done = await _result(request, generation)
+        return _json(await asyncio.to_thread(completion_response, engine, job, done))
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(req: ChatCompletionRequest, request: Request) -> Response:
         adapter = _adapter(engine, name, req.model)
         refuse_chat_extras(req)
-        prompt = engine.apply_chat_template(
-            chat_messages(req.messages), add_generation_prompt=req.add_generation_prompt,
+        messages = chat_messages(req.messages)
+        engine.check_text_length(sum(len(message["content"]) for message in messages), param="messages")
+        prompt = await asyncio.to_thread(
+            engine.apply_chat_template, messages, add_generation_prompt=req.add_generation_prompt,
             continue_final_message=req.continue_final_message, template_kwargs=req.chat_template_kwargs)
         params = chat_params(engine, req, len(prompt))
         n = 1 if req.n is None else req.n
@@ -268,7 +324,8 @@ def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
         generation = engine.submit([prompt], params, n=n, adapter=adapter, stream=bool(req.stream))
         if req.stream:
             return _sse(chat_stream(engine, job, generation))
-        return _json(chat_response(engine, job, await _result(request, generation)))
+        done = await _result(request, generation)
+        return _json(await asyncio.to_thread(chat_response, engine, job, done))
 
 
 async def _result(request: Request, generation: Generation) -> list[SequenceUpdate]:

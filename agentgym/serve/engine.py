@@ -177,6 +177,9 @@ class Engine:
         self._models: dict[str | None, torch.nn.Module] = {None: self.model}
         self._lora_paths: dict[str, str] = {}
         self._token_text: dict[int, str] = {}
+        # No token covers more characters than its vocabulary entry (byte-level entries spell
+        # one character per byte): a text longer than this many tokens' worth cannot fit.
+        self.max_token_chars = max((len(entry) for entry in self.tokenizer.get_vocab()), default=1)
         limits = Limits(config.max_num_seqs, config.max_prefill_tokens, config.batch_wait_ms / 1000,
                         prefix_cache_bytes=config.prefix_cache_mib * 2**20)
         self._scheduler = Scheduler(
@@ -261,6 +264,19 @@ class Engine:
             raise InvalidRequestError(
                 f"Token id {bad} in {param} is out of vocabulary (ids go from 0 to "
                 f"{self.vocab_size - 1}).", param=param)
+
+    def check_text_length(self, chars: int, *, param: str) -> None:
+        """Refuse text far too long to fit, before tokenizing it (seconds per MiB on a CPU).
+
+        Twice the most characters ``max_model_len`` tokens can cover: a text
+        that normalises shorter still gets its exact count from the tokenizer.
+        """
+        limit = 2 * self.max_model_len * self.max_token_chars
+        if chars > limit:
+            raise InvalidRequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens; your {param} "
+                f"has {chars} characters, more than {self.max_model_len} tokens can hold. Shorten "
+                f"{param}.", param=param)
 
     def check_length(self, prompt_tokens: int, max_tokens: int, *, param: str) -> None:
         """Raise ``InvalidRequestError`` unless prompt + ``max_tokens`` fit the context."""

@@ -71,16 +71,22 @@ def _params(req: CompletionRequest | ChatCompletionRequest, *, max_tokens: int,
 
 
 def prompt_ids(engine: Engine, prompt: object) -> list[list[int]]:
-    """The request's prompt(s) as lists of token ids (text is tokenized)."""
+    """The request's prompt(s) as lists of token ids (text is tokenized).
+
+    Slow for long text: call it off the event loop.
+    """
     if prompt is None or prompt == "" or prompt == []:
         raise InvalidRequestError("prompt is required: text, a list of token ids, or a list of either.",
                                   param="prompt")
     if isinstance(prompt, str):
-        return [engine.encode(prompt)]
+        prompt = [prompt]
     if not isinstance(prompt, list):
         raise InvalidRequestError("prompt must be text, token ids, or a list of either.", param="prompt")
     if isinstance(prompt[0], int):
         return [list(prompt)]
+    for item in prompt:
+        if isinstance(item, str):
+            engine.check_text_length(len(item), param="prompt")
     return [engine.encode(item) if isinstance(item, str) else list(item) for item in prompt]
 
 

@@ -110,7 +110,8 @@ def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] |
 def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_key: str | None = None,
                   control_key: str | None = None, served_model_name: str | None = None, max_model_len: int | None = None,
                   torch_threads: int | None = None, prefix_cache_mib: int = 1024,
-                  device: str = "auto", dtype: str = "float32", log_level: str = "info") -> None:
+                  device: str = "auto", dtype: str = "float32", max_body_mib: float = 8.0,
+                  log_level: str = "info") -> None:
     """Load ``model`` and serve it over HTTP until interrupted (blocks).
 
     ``api_key`` guards every route but ``/health``; without it the control
@@ -125,7 +126,7 @@ def serve_builtin(model: str, *, host: str = _LOOPBACK, port: int = 8000, api_ke
                                  torch_threads=torch_threads or default_torch_threads(),
                                  prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype))
     app = create_app(engine, api_key=api_key, control_key=control_key,
-                     served_model_name=served_model_name)
+                     served_model_name=served_model_name, max_body_bytes=int(max_body_mib * 2**20))
     try:
         engine.start()
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
@@ -147,7 +148,7 @@ class BuiltinServer:
                  max_model_len: int | None = None, api_key: str | None = None,
                  torch_threads: int | None = None, prefix_cache_mib: int | None = None,
                  device: str | None = None, dtype: str | None = None,
-                 startup_timeout: float = 180.0) -> None:
+                 max_body_mib: float | None = None, startup_timeout: float = 180.0) -> None:
         self.model = model
         self.port = port or free_port()
         self.model_name = served_model_name or model
@@ -157,6 +158,7 @@ class BuiltinServer:
         self.prefix_cache_mib = prefix_cache_mib  # None: the server's default
         self.device = device  # None: the server's default (auto: the GPU when there is one)
         self.dtype = dtype
+        self.max_body_mib = max_body_mib  # None: the server's default
         self.startup_timeout = startup_timeout
         self.url = f"http://{_LOOPBACK}:{self.port}"
         self.base_url = f"{self.url}/v1"
@@ -178,6 +180,8 @@ class BuiltinServer:
             args += ["--device", self.device]
         if self.dtype is not None:
             args += ["--dtype", self.dtype]
+        if self.max_body_mib is not None:
+            args += ["--max-body-mib", str(self.max_body_mib)]
         return args
 
     def start(self) -> BuiltinServer:

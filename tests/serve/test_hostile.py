@@ -7,6 +7,7 @@ these are attacks from inside, not only from the network.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import httpx2
@@ -18,6 +19,7 @@ from agentgym.serve.app import CONTROL_PATHS, create_app
 from agentgym.serve.engine import Engine, EngineConfig
 
 CONTROL_KEY = "control-only"
+MAX_BODY = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,8 @@ def open_server(tiny_model: str) -> Iterator[str]:
     """An in-process app without an API key (inference open) whose control routes want CONTROL_KEY."""
     engine = Engine(EngineConfig(tiny_model, max_model_len=512))
     try:
-        with ThreadedServer(create_app(engine, control_key=CONTROL_KEY, served_model_name=MODEL_NAME)) as threaded:
+        with ThreadedServer(create_app(engine, control_key=CONTROL_KEY, served_model_name=MODEL_NAME,
+                                              max_body_bytes=MAX_BODY)) as threaded:
             yield threaded.url
     finally:
         engine.close()
@@ -95,3 +98,74 @@ def test_serve_refuses_to_bind_off_loopback_without_a_key() -> None:
     result = CliRunner().invoke(app, ["serve", "--model", "tiny", "--api-key", " "])
     assert result.exit_code == 2
     assert "--api-key is empty" in result.output
+
+
+# ------------------------------------------------------------ big requests ---
+
+def _assert_too_large(response: httpx2.Response) -> None:
+    assert response.status_code == 413
+    error = response.json()["error"]
+    assert error["code"] == 413 and error["type"] == "RequestTooLargeError"
+    assert f"limit of {MAX_BODY} bytes" in error["message"]
+
+
+def test_a_body_over_the_cap_is_413_by_its_content_length(open_server: str) -> None:
+    body = b'{"model": "tiny", "prompt": "' + b"a" * MAX_BODY + b'"}'
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        _assert_too_large(http.post(f"{open_server}/v1/completions", content=body,
+                                    headers={"Content-Type": "application/json"}))
+
+
+def test_a_body_over_the_cap_is_413_while_it_streams_in(open_server: str) -> None:
+    def chunks() -> Iterator[bytes]:  # no Content-Length: sent chunked
+        yield b'{"model": "tiny", "prompt": "'
+        for _ in range(MAX_BODY // 4096 + 1):
+            yield b"a" * 4096
+        yield b'"}'
+
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        _assert_too_large(http.post(f"{open_server}/v1/completions", content=chunks(),
+                                    headers={"Content-Type": "application/json"}))
+        # Under the cap, a chunked body is read as usual.
+        small = http.post(f"{open_server}/v1/completions", content=iter([b'{"model": "tiny", ',
+                                                                            b'"prompt": [1, 2], "max_tokens": 1}']),
+                          headers={"Content-Type": "application/json"})
+        assert small.status_code == 200
+
+
+def test_text_far_too_long_to_fit_is_refused_before_tokenizing(open_server: str, tiny_model: str) -> None:
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        answer = http.post(f"{open_server}/v1/completions",
+                           json={"model": MODEL_NAME, "prompt": "a" * (MAX_BODY - 100), "max_tokens": 1})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "prompt"
+    assert "characters, more than 512 tokens can hold" in answer.json()["error"]["message"]
+
+
+def test_health_answers_while_a_big_text_is_tokenized(server: RunningServer) -> None:
+    """Tokenizing a MiB of text takes seconds on a CPU; it must not hold up the event loop."""
+    if server.kind != "builtin":
+        pytest.skip("the built-in server's event loop")
+    headers = {"Authorization": f"Bearer {server.api_key}"}
+    answered_before: list[int] = []
+    health: list[int] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        with httpx2.Client(timeout=TIMEOUT_S) as http:
+            while not done.is_set():
+                health.append(http.get(f"{server.url}/health").status_code)
+                threading.Event().wait(0.05)
+
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        answer = http.post(f"{server.url}/tokenize", headers=headers,
+                           json={"model": server.model_name, "prompt": "hello " * 200_000})
+        answered_before.append(len(health))
+        done.set()
+        poller.join(TIMEOUT_S)
+    assert answer.status_code == 200 and answer.json()["count"] >= 200_000
+    assert set(health) == {200}
+    # Answers came in while the tokenizer worked, not only after (a blocked loop answers none).
+    assert answered_before[0] >= 3
