@@ -15,13 +15,26 @@ from agentgym.serve.engine import Engine
 from agentgym.serve.protocol import ChatCompletionRequest, CompletionRequest, RequestMessage
 from agentgym.serve.sampling import SamplingParams
 
-__all__ = ["chat_messages", "chat_params", "completion_params", "prompt_ids", "refuse_chat_extras"]
+__all__ = ["MAX_STOP_CHARS", "MAX_STOP_STRINGS", "chat_messages", "chat_params", "completion_params", "prompt_ids", "refuse_chat_extras"]
+
+
+#: Stop strings per request and characters per stop string (OpenAI allows 4 stop strings).
+MAX_STOP_STRINGS = 32
+MAX_STOP_CHARS = 256
 
 
 def _stop(stop: str | list[str] | None) -> tuple[str, ...]:
     if stop is None:
         return ()
-    return (stop,) if isinstance(stop, str) else tuple(stop)
+    stops = (stop,) if isinstance(stop, str) else tuple(stop)
+    if len(stops) > MAX_STOP_STRINGS:
+        raise InvalidRequestError(f"stop may hold at most {MAX_STOP_STRINGS} strings, got {len(stops)}.",
+                                  param="stop")
+    longest = max(stops, key=len, default="")
+    if len(longest) > MAX_STOP_CHARS:
+        raise InvalidRequestError(f"each stop string may have at most {MAX_STOP_CHARS} characters; one "
+                                  f"has {len(longest)}.", param="stop")
+    return stops
 
 
 def _refuse(field: str, value: object, unset: object) -> None:

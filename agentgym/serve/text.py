@@ -22,6 +22,11 @@ _REPLACEMENT = "\ufffd"  # what a decoder gives for an incomplete UTF-8 sequence
 class TextTracker:
     """Decodes one choice incrementally; finds stop strings; hands out safe deltas.
 
+    Each ``feed`` looks only at the text's tail that the new ids can have
+    completed (the longest stop string's length back from the new characters),
+    with one set lookup per distinct stop length: its cost does not grow with
+    the number of stop strings, so a request with many cannot slow its batch.
+
     >>> tracker = TextTracker(lambda ids: "".join(map(chr, ids)), stop=("!",))
     >>> tracker.feed([104, 105]), tracker.feed([104, 105, 33, 33])
     (('hi', None), ('', '!'))
@@ -31,10 +36,14 @@ class TextTracker:
 
     def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = ()) -> None:
         self._decode = decode
-        self._stop = tuple(stop)
-        self._longest_stop = max((len(s) for s in self._stop), default=0)
+        self._stop = {text: order for order, text in reversed(list(enumerate(stop))) if text}
+        self._lengths = sorted({len(text) for text in self._stop}, reverse=True)
+        self._longest_stop = max(self._lengths, default=0)
+        # Hashes of the stop strings' proper prefixes: whether a tail may start one. A collision
+        # only holds text back a little longer; stops themselves are matched exactly.
+        self._prefixes = frozenset(hash(text[:size]) for text in self._stop for size in range(1, len(text)))
         self._full = ""
-        self._searched = 0  # stop strings do not start before this offset of _full
+        self._searched = 0  # every stop string ending at or before this offset of _full was looked for
         self._emitted = 0
         self.stopped_by: str | None = None
 
@@ -66,22 +75,24 @@ class TextTracker:
         return delta
 
     def _find_stop(self) -> tuple[int, str] | None:
+        """The stop string that starts first (first given on a tie) among those ending in new text."""
         if not self._stop:
             return None
-        start = max(0, self._searched - self._longest_stop + 1)
-        best: tuple[int, str] | None = None
-        for stop in self._stop:
-            where = self._full.find(stop, start)
-            if where != -1 and (best is None or where < best[0]):
-                best = (where, stop)
-        self._searched = len(self._full.rstrip(_REPLACEMENT))
-        return best
+        full = self._full
+        best: tuple[int, int, str] | None = None
+        for end in range(self._searched + 1, len(full) + 1):
+            for size in self._lengths:  # longest first: the earliest start at this end
+                if size <= end and (text := full[end - size:end]) in self._stop:
+                    found = (end - size, self._stop[text], text)
+                    best = found if best is None or found < best else best
+                    break
+        self._searched = len(full.rstrip(_REPLACEMENT))
+        return None if best is None else (best[0], best[2])
 
     def _safe_end(self) -> int:
         """Where the next delta may end: before a partial character or partial stop string."""
         end = len(self._full.rstrip(_REPLACEMENT))
         for keep in range(min(self._longest_stop - 1, end), 0, -1):
-            tail = self._full[end - keep:end]
-            if any(stop.startswith(tail) for stop in self._stop):
+            if hash(self._full[end - keep:end]) in self._prefixes:
                 return end - keep
         return end

@@ -169,3 +169,25 @@ def test_health_answers_while_a_big_text_is_tokenized(server: RunningServer) -> 
     assert set(health) == {200}
     # Answers came in while the tokenizer worked, not only after (a blocked loop answers none).
     assert answered_before[0] >= 3
+
+
+# ------------------------------------------------------------ stop strings ---
+
+@pytest.mark.parametrize(("stop", "message"), [
+    ([f"s{index}" for index in range(33)], "stop may hold at most 32 strings, got 33."),
+    (["x" * 257], "each stop string may have at most 256 characters; one has 257."),
+])
+def test_too_many_or_too_long_stop_strings_are_400(open_server: str, stop: list[str], message: str) -> None:
+    for path, body in (("/v1/completions", {"prompt": [1, 2, 3]}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+        answer = _post(f"{open_server}{path}", None, {"model": MODEL_NAME, "max_tokens": 2, "stop": stop, **body})
+        assert answer.status_code == 400
+        assert answer.json()["error"]["param"] == "stop"
+        assert answer.json()["error"]["message"] == message
+
+
+def test_stop_strings_up_to_the_limits_are_served(open_server: str) -> None:
+    stop = [f"{index:03d}" + "y" * 253 for index in range(32)]
+    answer = _post(f"{open_server}/v1/completions", None,
+                   {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 4, "stop": stop})
+    assert answer.status_code == 200

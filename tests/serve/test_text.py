@@ -55,3 +55,46 @@ def test_streamed_deltas_always_add_up_to_the_final_text(text: str, stop: str, c
     assert streamed == final
     assert final == (text[:text.index(stop)] if stop in text else text)
     assert hit == (stop if stop in text else None)
+
+
+class _CountingDict(dict[str, int]):
+    lookups = 0
+
+    def __contains__(self, key: object) -> bool:
+        type(self).lookups += 1
+        return super().__contains__(key)
+
+
+def _lookups(stop_count: int) -> tuple[int, str, str | None]:
+    """Set lookups the stop scan made over 64 fed characters, with the text and the hit."""
+    stops = [f"{index:05d}" + "z" * 95 for index in range(stop_count)]
+    tracker = TextTracker(_chars, stops + ["END"])
+    _CountingDict.lookups = 0
+    tracker._stop = _CountingDict(tracker._stop)  # count the scan's work
+    text = "abcdefgh" * 8 + "END"
+    ids = [ord(char) for char in text]
+    hit = None
+    for end in range(1, len(ids) + 1):
+        _, hit = tracker.feed(ids[:end])
+    return _CountingDict.lookups, tracker.text, hit
+
+
+def test_the_stop_scan_costs_the_same_for_many_stop_strings() -> None:
+    few, many = _lookups(10), _lookups(10_000)
+    assert few[1:] == many[1:] == ("abcdefgh" * 8, "END")
+    assert few[0] == many[0]  # one lookup per new character and distinct stop length
+    assert many[0] <= 2 * len("abcdefgh" * 8 + "END")
+
+
+@given(text=st.text(alphabet="abxy", max_size=30),
+       stops=st.lists(st.text(alphabet="abxy", min_size=1, max_size=4), min_size=1, max_size=5),
+       cuts=st.lists(st.integers(0, 30), max_size=10))
+def test_with_many_stop_strings_the_text_ends_before_one(text: str, stops: list[str], cuts: list[int]) -> None:
+    streamed, final, hit = _stream(text, tuple(stops), cuts)
+    assert streamed == final
+    assert text.startswith(final)
+    if hit is None:
+        assert final == text and not any(stop in text for stop in stops)
+    else:
+        assert hit in stops and text[len(final):].startswith(hit)
+        assert not any(stop in final for stop in stops)  # no earlier stop was missed
