@@ -40,6 +40,14 @@ def _hostile_actions(env: gym.Env) -> dict[str, str]:
         "NUL in the format": fmt("\x00"),
         "control characters": "\x01\x02\x1b[31m\x7f\x08\r\x0c\x1c\x85",
         "control characters in the format": fmt("\x1b[2J\x07"),
+        # As long as an action is read, and built so that a parser that backtracks or
+        # rescans would take seconds to minutes (each of these once did, or could).
+        "thousands of open boxes": "\\boxed{" * (MAX_ACTION_CHARS // 7),
+        "thousands of opening tags": "<answer>" * (MAX_ACTION_CHARS // 8),
+        "one long word in the format": fmt("reveal" * (MAX_ACTION_CHARS // 7)),
+        "filler words in the format": fmt("- " * (MAX_ACTION_CHARS // 3)),
+        "open parentheses in the format": fmt("(" * (MAX_ACTION_CHARS // 2)),
+        "tool calls left open": "<tool_call>{" * (MAX_ACTION_CHARS // 12),
     }
 
 
