@@ -40,10 +40,11 @@ def exact_match(answer: str, golds: Iterable[str]) -> bool:
 def f1_score(answer: str, golds: Iterable[str]) -> float:
     """The best token-level F1 of ``answer`` against any of ``golds`` (0.0 to 1.0)."""
     mine = normalize_answer(answer).split()
+    counts = Counter(mine)  # once, not per gold: an answer can be long
     best = 0.0
     for gold in golds:
         theirs = normalize_answer(gold).split()
-        common = sum((Counter(mine) & Counter(theirs)).values())
+        common = sum((counts & Counter(theirs)).values())
         if common == 0:
             continue
         precision, recall = common / len(mine), common / len(theirs)
