@@ -50,9 +50,10 @@ __all__ = [
 MAX_OBSERVATION_CHARS = 65_536
 #: Default of :attr:`TextEnv.max_action_chars`: the longest action a game reads.
 #: 64k characters is about 16k tokens: four times the rollout manager's whole
-#: default context (4,096 tokens), and far above the longest legitimate action
-#: of any env (a Code-LLM-v0 program of a few hundred lines is under 20k
-#: characters). Longer text is cut, so a 10 MB action costs what 64k do.
+#: default context (4,096 tokens), and far above any move, answer or tool call
+#: the envs read. Longer text is cut, so a 10 MB action costs what 64k do. An
+#: env whose actions can be longer raises it for itself (Code-LLM-v0, which
+#: runs programs of up to 100,000 characters, reads 200,000).
 MAX_ACTION_CHARS = 65_536
 _CUT_MARKER = "\n[... observation cut ...]"
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from itertools import accumulate, repeat
+from operator import indexOf
 from typing import TypeVar
 
 __all__ = [
@@ -80,27 +82,41 @@ def extract_answer(text: str) -> str | None:
 
 
 _BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_DEPTH_STEP = {"{": 1, "}": -1}
 
 
 def extract_boxed(text: str) -> str | None:
     r"""Content of the last ``\boxed{...}`` (or ``\fbox{...}``), braces balanced.
 
-    Returns ``None`` when there is no box or its braces never close.
+    Returns ``None`` when there is no box whose braces close (a last box
+    left open gives way to the box before it).
     """
     if not isinstance(text, str):
         return None
     starts = [m.end() for m in _BOXED_OPEN.finditer(text)]
+    # From the last box back. A box closes before the next box opens, or not
+    # at all once the next box is left open (that box's brace would be closed
+    # first), so each box reads only its own stretch: linear, not quadratic.
+    end = len(text)
     for start in reversed(starts):
-        depth = 1
-        for i in range(start, len(text)):
-            char = text[i]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
+        close = _closing_brace(text, start, end)
+        if close is not None:
+            return text[start:close].strip()
+        end = start - 1
     return None
+
+
+def _closing_brace(text: str, start: int, end: int) -> int | None:
+    """Where the brace just before ``start`` closes, if it closes before ``end``."""
+    if text.find("}", start, end) < 0:
+        return None
+    # The depth after each character, up to the first 0, all in C (no Python
+    # step per character).
+    depths = accumulate(map(_DEPTH_STEP.get, text[start:end], repeat(0)), initial=1)
+    try:
+        return start + indexOf(depths, 0) - 1
+    except ValueError:
+        return None
 
 
 def split_moves(text: str, separator: str = MOVE_SEPARATOR) -> list[str]:

@@ -2,6 +2,7 @@
 
 Run:  .venv/bin/python benchmarks/bench_envs.py [--resets 300] [--steps 3000]
           [--code-steps 20] [--code-backends local,docker] [--math-steps 50] [--web-episodes 200]
+          [--huge-repeats 3]
 
 Pins itself to one CPU core. "raw" times the env itself (``env.unwrapped``);
 "gym.make" times it through the wrappers Gymnasium adds (order enforcing, the
@@ -29,6 +30,15 @@ The math table times Math-LLM-v0 steps per kind of answer, in the main thread
 steps envs (the check goes to the checking child process), then
 ReasoningGym-LLM-v0 resets and steps for a few tasks.
 
+The huge-action table steps every registered env (through ``gym.make``, so
+the tool-wrapped ones through their ToolWrapper) with 10 MB actions of several
+kinds (one letter; letters, numbers or a tool call inside the env's own
+format; opening tags), and shows the slowest kind: its median step with the
+env's action cap (``max_action_chars``, 65,536 characters by default), the same
+kind of action at 100 characters (what a short one costs: for code, a sandbox
+run), whether the length added under 50 ms (the target), and one step with the
+cap lifted (seconds; the parsers themselves should be linear in the length).
+
 The web table times WebShop-LLM-v0 calls per kind of action in scripted
 episodes that buy the right item: the env's own server answers on 127.0.0.1
 from a thread of this process (so on the same pinned core), and the page is
@@ -47,11 +57,12 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from agentgym.envs.code import CodeEnv
+from agentgym.sandbox import open_sandbox
 
 import agentgym
-from agentgym.envs.code import CodeEnv
+from agentgym.core import TextEnv
 from agentgym.errors import SandboxUnavailable
-from agentgym.sandbox import open_sandbox
 
 CASES: list[tuple[str, dict]] = [
     ("Sokoban-LLM-v0", {}),
@@ -369,6 +380,63 @@ def webshop_table(episodes: int) -> None:
                   f"| {_p90(values):,.2f} |")
 
 
+
+HUGE = 10_000_000
+
+
+def _huge_actions(game: TextEnv, length: int) -> dict[str, str]:
+    """Actions of ``length`` characters (about), by kind, written for ``game``."""
+    fmt = game.format_action
+    return {
+        "one letter": "x" * length,
+        "letters in the format": fmt("a" * length),
+        "numbers in the format": fmt("1 " * (length // 2)),
+        "opening tags": "<answer>" * (length // 8),
+        "python tool call": "<python>" + "#" * length + "</python>",
+    }
+
+
+def _step_ms(env: gym.Env, action: str, repeats: int) -> float:
+    """Median time (ms) of stepping ``action`` after an untimed reset, ``repeats`` times."""
+    samples = []
+    for _ in range(repeats):
+        env.reset(seed=0)
+        start = time.perf_counter_ns()
+        env.step(action)
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return statistics.median(samples)
+
+
+def huge_action_table(repeats: int) -> None:
+    """Every registered env stepped with a 10 MB action: capped, short, and uncapped."""
+    print(f"\n# One step of a 10 MB action, the slowest of 5 kinds (median of {repeats}; "
+          "cap off: one step)\n")
+    print("| env | slowest kind | ms, capped | ms, 100 characters | length adds < 50 ms "
+          "| s, cap off |")
+    print("|---|---|---:|---:|---|---:|")
+    for env_id in [info.id for info in agentgym.list_envs() if info.family != "test"]:
+        env = gym.make(env_id, disable_env_checker=True)
+        game = env.unwrapped
+        try:
+            env.reset(seed=0)
+            env.step("warm up")  # imports, and the sandbox or server an env starts on first use
+            capped = {kind: _step_ms(env, action, repeats)
+                      for kind, action in _huge_actions(game, HUGE).items()}
+        except SandboxUnavailable as exc:
+            print(f"| {env_id} | unavailable: {str(exc).splitlines()[0][:80]} | | | | |")
+            continue
+        kind = max(capped, key=capped.__getitem__)
+        short = _step_ms(env, _huge_actions(game, 100)[kind], repeats)
+        cap = game.max_action_chars
+        game.max_action_chars = HUGE * 2
+        uncapped = max(_step_ms(env, action, 1) for action in _huge_actions(game, HUGE).values())
+        game.max_action_chars = cap
+        env.close()
+        verdict = "yes" if capped[kind] - short < 50 else "NO"
+        print(f"| {env_id} | {kind} | {capped[kind]:,.1f} | {short:,.1f} | {verdict} "
+              f"| {uncapped / 1000:,.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resets", type=int, default=300)
@@ -383,9 +451,11 @@ def main() -> None:
     parser.add_argument("--searchqa-steps", type=int, default=300)
     parser.add_argument("--web-episodes", type=int, default=200,
                         help="scripted WebShop episodes (Chromium runs a tenth); 0 skips")
+    parser.add_argument("--huge-repeats", type=int, default=3,
+                        help="steps per kind of 10 MB action in the huge-action table; 0 skips")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print(f"# bench_envs: {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
           f"one core, {args.resets} resets and {args.steps} steps per env (median, microseconds)\n")
     print("| env | kwargs | reset raw | step raw | reset gym.make | step gym.make |")
@@ -410,6 +480,8 @@ def main() -> None:
         retrieval_tables(args.retrieval_passages, args.retrieval_queries, args.searchqa_steps)
     if args.web_episodes > 0:
         webshop_table(args.web_episodes)
+    if args.huge_repeats > 0:
+        huge_action_table(args.huge_repeats)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,9 @@ class CodeEnv(TextEnv):
     """
 
     action_format = "```python\n<your code>\n```"
+    # Room for the longest program the env runs and as much text around it, so
+    # that a program too long to run is told so rather than cut.
+    max_action_chars = 2 * MAX_CODE_CHARS
 
     def __init__(
         self,

@@ -54,8 +54,9 @@ _FILLER = frozenset({
 })
 _CLEAR_WORDS = frozenset({"clear", "erase", "delete", "remove"})
 _NUMBER = re.compile(r"\d+")
+_MAX_MOVE_WORDS = 16  # "put value 4 in row 2 at column 3" has 7 besides the numbers
 _WORD = re.compile(r"[a-z]+|[^\sa-z,;()\[\]]")
-_GRID_JUNK = re.compile(r"[\s|,+\-\[\]()]")
+_GRID_JUNK = str.maketrans("", "", "|,+-[]()")  # and whitespace: ignored in a whole grid
 _HOW_TO = ("write three numbers R C V (row, column, value), e.g. <answer>2 3 4</answer> puts 4 "
            "at row 2, column 3; R C 0 clears a cell you filled")
 
@@ -345,7 +346,9 @@ class SudokuEnv(TextEnv):
         """The answer as a whole grid of size*size digits (0 or '.' empty), else None."""
         if "||" in answer:
             return None
-        chars = _GRID_JUNK.sub("", answer)
+        # str.split and str.translate rather than a regex sub: many times faster
+        # when most of a long answer is junk.
+        chars = "".join(answer.split()).translate(_GRID_JUNK)
         if len(chars) != self._size ** 2:  # before reading each character: answers can be long
             return None
         cells = [_cell_value(ch) for ch in chars]
@@ -425,11 +428,12 @@ def _parse_move(text: str) -> tuple[int, int, int] | None:
     if len(numbers) < len(read):
         return None
     clearing = False
-    for found in _WORD.finditer(_NUMBER.sub(" ", cleaned)):  # stops at the first stray word
+    # Stops at the first stray word, and at a word too many ("- - - ..." is all filler).
+    for count, found in enumerate(_WORD.finditer(_NUMBER.sub(" ", cleaned))):
         word = found.group()
         if word in _CLEAR_WORDS:
             clearing = True
-        elif word not in _FILLER:
+        elif word not in _FILLER or count >= _MAX_MOVE_WORDS:
             return None
     if clearing and len(numbers) == 2:
         return numbers[0], numbers[1], 0

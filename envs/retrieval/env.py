@@ -42,7 +42,7 @@ from agentgym.tools import ToolWrapper
 from agentgym.envs.retrieval.data import (Corpus, QAItem, load_corpus, load_questions,
                                           read_passage, read_question)
 from agentgym.envs.retrieval.index import get_retriever, require_bm25s
-from agentgym.envs.retrieval.scoring import exact_match, f1_score
+from agentgym.envs.retrieval.scoring import score_answer
 from agentgym.envs.retrieval.tool import SearchTool
 from agentgym.envs.retrieval.world import default_world
 
@@ -143,8 +143,8 @@ class SearchQAEnv(TextEnv):
                            "<answer>Eskerford</answer>: only the name, place or year.",
                            action_valid=False)
         shown = _shorten(answer)
-        correct = exact_match(answer, self.item.answers)
-        info = {"em": correct, "f1": f1_score(answer, self.item.answers), "answer": answer}
+        correct, f1 = score_answer(answer, self.item.answers)
+        info = {"em": correct, "f1": f1, "answer": answer}
         if correct:
             return Outcome(f"Correct: {shown}.", 1.0, terminated=True, success=True, info=info)
         self._given.append(shown)

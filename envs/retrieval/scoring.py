@@ -18,7 +18,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ["exact_match", "f1_score", "normalize_answer"]
+__all__ = ["exact_match", "f1_score", "normalize_answer", "score_answer"]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -33,19 +33,31 @@ def normalize_answer(text: str) -> str:
 
 def exact_match(answer: str, golds: Iterable[str]) -> bool:
     """Whether ``answer`` equals one of ``golds`` after :func:`normalize_answer`."""
-    mine = normalize_answer(answer)
-    return any(mine == normalize_answer(gold) for gold in golds)
+    return score_answer(answer, golds)[0]
 
 
 def f1_score(answer: str, golds: Iterable[str]) -> float:
     """The best token-level F1 of ``answer`` against any of ``golds`` (0.0 to 1.0)."""
-    mine = normalize_answer(answer).split()
-    best = 0.0
+    return score_answer(answer, golds)[1]
+
+
+def score_answer(answer: str, golds: Iterable[str]) -> tuple[bool, float]:
+    """:func:`exact_match` and :func:`f1_score` together, normalising each text once.
+
+    >>> score_answer("the Halvard Institute", ["Halvard Institute", "Halvard"])
+    (True, 1.0)
+    """
+    mine = normalize_answer(answer)
+    tokens = mine.split()
+    counts = Counter(tokens)  # once, not per gold: an answer can be long
+    exact, best = False, 0.0
     for gold in golds:
-        theirs = normalize_answer(gold).split()
-        common = sum((Counter(mine) & Counter(theirs)).values())
+        theirs = normalize_answer(gold)
+        exact = exact or mine == theirs
+        their_tokens = theirs.split()
+        common = sum((counts & Counter(their_tokens)).values())
         if common == 0:
             continue
-        precision, recall = common / len(mine), common / len(theirs)
+        precision, recall = common / len(tokens), common / len(their_tokens)
         best = max(best, 2 * precision * recall / (precision + recall))
-    return best
+    return exact, best

@@ -20,7 +20,6 @@ from agentgym.errors import SandboxUnavailable
 
 ENV_IDS = [info.id for info in agentgym.list_envs() if info.family != "test"]
 HUGE = 10_000_000
-CUT_NOTE = f"only the first {MAX_ACTION_CHARS:,} were read"
 
 
 def _hostile_actions(env: gym.Env) -> dict[str, str]:
@@ -40,6 +39,14 @@ def _hostile_actions(env: gym.Env) -> dict[str, str]:
         "NUL in the format": fmt("\x00"),
         "control characters": "\x01\x02\x1b[31m\x7f\x08\r\x0c\x1c\x85",
         "control characters in the format": fmt("\x1b[2J\x07"),
+        # As long as an action is read, and built so that a parser that backtracks or
+        # rescans would take seconds to minutes (each of these once did, or could).
+        "thousands of open boxes": "\\boxed{" * (MAX_ACTION_CHARS // 7),
+        "thousands of opening tags": "<answer>" * (MAX_ACTION_CHARS // 8),
+        "one long word in the format": fmt("reveal" * (MAX_ACTION_CHARS // 7)),
+        "filler words in the format": fmt("- " * (MAX_ACTION_CHARS // 3)),
+        "open parentheses in the format": fmt("(" * (MAX_ACTION_CHARS // 2)),
+        "tool calls left open": "<tool_call>{" * (MAX_ACTION_CHARS // 12),
     }
 
 
@@ -86,11 +93,13 @@ def test_hostile_text_steps_and_the_observation_is_utf8(env_id: str) -> None:
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_a_10_mb_action_is_cut_with_a_note(env_id: str) -> None:
     env = gym.make(env_id, disable_env_checker=True)
+    read = env.unwrapped.max_action_chars  # 65,536 unless the env reads more (Code-LLM-v0)
     for label, action in _huge_actions(env).items():
         observation, reward, info = _step(env, action)
         _check(observation, reward, info, label)
         assert info["action_cut"] == len(action), label
-        assert f"Your action was {len(action):,} characters long; {CUT_NOTE}." in observation, label
+        assert (f"[Your action was {len(action):,} characters long; only the first {read:,} "
+                "were read.]") in observation, label
     env.close()
 
 
@@ -111,7 +120,8 @@ def test_the_tool_wrapper_cuts_a_huge_tool_call_before_running_it() -> None:
     env.reset(seed=0)
     observation, _, _, _, info = env.step("<search>" + "paris " * (HUGE // 6))
     assert info["tool_turn"] is True and info["action_cut"] == 8 + 6 * (HUGE // 6)
-    assert observation.startswith("[Your action was ") and CUT_NOTE in observation
+    assert observation.startswith(f"[Your action was {info['action_cut']:,} characters long; "
+                                  f"only the first {MAX_ACTION_CHARS:,} were read.]")
     assert len(info["tool_results"][0]["arguments"]["query"]) == MAX_ACTION_CHARS - len("<search>")
     env.close()
 

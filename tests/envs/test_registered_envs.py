@@ -112,6 +112,7 @@ def test_any_text_gives_a_valid_step(env_id: str, actions: list[str]) -> None:
     for action in actions:
         observation, reward, terminated, truncated, info = env.step(action)
         assert observation in env.observation_space
+        observation.encode("utf-8")  # raises if a surrogate got through
         assert np.isfinite(reward)
         assert isinstance(terminated, bool) and isinstance(truncated, bool)
         assert {"action_valid", "success", "turn"} <= info.keys()
