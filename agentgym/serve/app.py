@@ -45,6 +45,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
@@ -203,7 +204,37 @@ def create_app(engine: Engine, *, api_key: str | None = None, control_key: str |
     _add_info_routes(app, engine, name)
     _add_generation_routes(app, engine, name)
     _add_control_routes(app, engine)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+#: Errors any route may answer, in the OpenAI shape (the schema lists them with each operation).
+_ERROR_STATUSES = {"400": "Invalid request (a field is wrong; the message and param name it)",
+                   "401": "Missing or wrong API key", "404": "Unknown model",
+                   "413": "Request body over the server's limit", "500": "Internal error"}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema with the errors this app really sends: validation errors are 400 in the
+    OpenAI shape (as OpenAI and vLLM send them), not FastAPI's 422."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+    components.update(error_schema.pop("$defs", {}))
+    components["ErrorResponse"] = error_schema
+    error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status, description in _ERROR_STATUSES.items():
+                responses.setdefault(status, {"description": description, **error})
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema
 
 
 # ------------------------------------------------------------------ errors ---
@@ -223,7 +254,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         kind = "RequestTooLargeError" if exc.status_code == 413 else None
-        return error_response(exc.status_code, str(exc.detail), error_type=kind)
+        response = error_response(exc.status_code, str(exc.detail), error_type=kind)
+        response.headers.update(exc.headers or {})  # a 405 names the allowed methods (Allow)
+        return response
 
 
 def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -246,8 +279,8 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def _add_info_routes(app: FastAPI, engine: Engine, name: str) -> None:
     @app.get("/health")
-    async def health() -> Response:
-        return Response(status_code=200)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
 
     @app.get("/version")
     async def version() -> dict[str, str]:
@@ -383,9 +416,9 @@ def _add_control_routes(app: FastAPI, engine: Engine) -> None:
         return {"results": [None], "policy_version": done.policy_version}
 
     @app.post("/reset_prefix_cache")
-    async def reset_prefix_cache() -> Response:
+    async def reset_prefix_cache() -> dict[str, str]:
         await engine.reset_prefix_cache()
-        return Response(status_code=200)
+        return {"status": "ok"}
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora(req: LoadLoRAAdapterRequest) -> PlainTextResponse:

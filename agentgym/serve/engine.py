@@ -310,6 +310,8 @@ class Engine:
             raise InvalidRequestError(f"no LoRA adapter named {adapter!r} is loaded.", param="model")
         if not prompts:
             raise InvalidRequestError("prompt must not be empty.", param="prompt")
+        if params.stop_token_ids:
+            self.check_prompt(params.stop_token_ids, param="stop_token_ids")
         for prompt in prompts:
             self.check_prompt(prompt, param="prompt")
             self.check_length(len(prompt), params.max_tokens, param="prompt")

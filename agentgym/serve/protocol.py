@@ -27,7 +27,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 __all__ = [
     "ChatCompletionLogProb",
@@ -67,7 +67,7 @@ __all__ = [
     "UsageInfo",
 ]
 
-TokenId = Annotated[int, Field(ge=0)]
+TokenId = Annotated[StrictInt, Field(ge=0)]  # strict: true and 1.0 are not token ids
 StopParam = str | list[str] | None
 
 

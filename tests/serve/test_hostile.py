@@ -191,3 +191,48 @@ def test_stop_strings_up_to_the_limits_are_served(open_server: str) -> None:
     answer = _post(f"{open_server}/v1/completions", None,
                    {"model": MODEL_NAME, "prompt": [1, 2, 3], "max_tokens": 4, "stop": stop})
     assert answer.status_code == 200
+
+
+# ------------------------------------------------- what the schema promises ---
+
+def test_health_and_cache_reset_answer_json(open_server: str) -> None:
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        health = http.get(f"{open_server}/health")
+    reset = _post(f"{open_server}/reset_prefix_cache", CONTROL_KEY)
+    for answer in (health, reset):
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == "application/json"
+        assert answer.json() == {"status": "ok"}
+
+
+def test_a_wrong_method_is_405_with_allow(open_server: str) -> None:
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        answer = http.delete(f"{open_server}/v1/completions")
+    assert answer.status_code == 405
+    assert answer.headers["allow"] == "POST"
+    assert answer.json()["error"]["code"] == 405
+
+
+@pytest.mark.parametrize("prompt", [[[False]], [True, 2], [1.0, 2]])
+def test_token_ids_must_be_integers(open_server: str, prompt: list[object]) -> None:
+    answer = _post(f"{open_server}/v1/completions", None, {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 1})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"].startswith("prompt")
+
+
+def test_stop_token_ids_outside_the_vocabulary_are_400(open_server: str) -> None:
+    for stop_token_ids in ([10**9], [True]):
+        answer = _post(f"{open_server}/v1/completions", None,
+                       {"model": MODEL_NAME, "prompt": [1, 2], "max_tokens": 1, "stop_token_ids": stop_token_ids})
+        assert answer.status_code == 400
+        assert answer.json()["error"]["param"].startswith("stop_token_ids")
+
+
+def test_the_schema_declares_the_errors_the_routes_send(open_server: str) -> None:
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        schema = http.get(f"{open_server}/openapi.json").json()
+    completions = schema["paths"]["/v1/completions"]["post"]["responses"]
+    assert {"200", "400", "401", "413"} <= set(completions) and "422" not in completions
+    assert completions["400"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorResponse"}
+    assert "ErrorInfo" in schema["components"]["schemas"]
