@@ -49,7 +49,7 @@ from agentgym.trainers.serving import Serving
 from agentgym.trainers.settings import TrainConfig
 from agentgym.trainers.sft import SFTBatches, sft_update, trajectory_files
 
-__all__ = ["LoopState", "TrainResult", "train"]
+__all__ = ["LoopState", "RowSource", "TrainResult", "train"]
 
 
 @dataclass

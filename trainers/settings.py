@@ -36,7 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agentgym.errors import ConfigError
 from agentgym.rollout.seeds import read_seeds
 
-__all__ = ["SECTIONS", "TrainConfig", "setting_help", "setting_rows", "settings_markdown"]
+__all__ = [
+    "SECTIONS", "AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "ExperimentalSettings",
+    "GRPOSettings", "LRSchedule", "LossAggregation", "ModelSettings", "NativeSettings", "OptimSettings",
+    "OptimizerName", "RolloutSettings", "RunSettings", "SFTSettings", "ServerSettings", "TrainConfig",
+    "WarmupSettings", "setting_help", "setting_rows", "settings_markdown",
+]
 
 LRSchedule = Literal["constant", "linear", "cosine"]
 OptimizerName = Literal["adamw", "sgd"]
