@@ -1,29 +1,31 @@
-"""Training throughput: the native FSDP backend against TRL's GRPOTrainer on the same rows; the weight sync.
+"""Training throughput: GRPO's learner on the native (fsdp) engine against the trl engine on the same rows;
+the weight sync.
 
 Run:  .venv/bin/python benchmarks/bench_train.py [--model tiny] [--rows 64] [--prompt 200] [--completion 48]
-                                                 [--micro-batch 16] [--steps 3] [--skip-trl]
+                                                 [--micro-batch 16] [--steps 3] [--skip-trl] [--device auto]
 
-Both trainers get the same fixed trajectory rows (``--rows`` sequences in
-groups of 8, ``--prompt`` prompt tokens and ``--completion`` sampled tokens
-each, rewards drawn once with a seed) and do the same work per optimiser
-step: one forward and backward pass per micro-batch of ``--micro-batch``
-sequences, gradients accumulated over all the rows, one AdamW step. No
-generation, no KL, no importance correction, one update per batch. TRL's
-rollout_func hands it the rows; the FSDP trainer takes them directly.
+Both engines run the same learner (:class:`~agentgym.trainers.grpo.GRPOLearner`)
+on the same fixed trajectory rows (``--rows`` sequences in groups of 8,
+``--prompt`` prompt tokens and ``--completion`` sampled tokens each, rewards
+drawn once with a seed), so they do the same work per optimiser step: one
+forward and backward pass per micro-batch of ``--micro-batch`` sequences,
+gradients accumulated over all the rows, one AdamW step. No generation, no KL,
+no importance correction, one update per batch. Only the engine differs: the
+native one (padded or packed) or the trl one (TRL's SFTTrainer as a component:
+accelerate's backward and clipping, TRL's log-softmax).
 "tokens/s" counts every token read (prompt + completion) per second of
 optimiser steps, after one untimed warm-up step.
 
-The weight sync is the FSDP trainer's full weights gathered, written as
+The weight sync is the learner's full weights gathered, written as
 safetensors and loaded by the built-in server (``POST /update_weights``),
-end to end, as the training loop does after every step.
+end to end, as the run skeleton does after every step.
 
-Target (issue 6): the FSDP backend at least as fast as TRL's on the same work.
+Target (issue 6): the native engine at least as fast as the trl one on the same work.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import platform
 import random
@@ -34,8 +36,10 @@ import torch
 
 from agentgym.models import resolve_model
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.config import TrainConfig
-from agentgym.trainers.fsdp import FSDPTrainer
+from agentgym.trainers.fsdp.distributed import init_distributed
+from agentgym.trainers.grpo import GRPOLearner
+from agentgym.trainers.learner import build_learner
+from agentgym.trainers.settings import TrainConfig
 
 GROUP = 8
 
@@ -59,46 +63,44 @@ def fixed_rows(model_dir: str, count: int, prompt: int, completion: int, seed: i
     return rows
 
 
-def _config(args: argparse.Namespace, **changes: object) -> TrainConfig:
-    return dataclasses.replace(TrainConfig(
-        env_id="Bandit-LLM-v0", model=args.model, group_size=GROUP, episodes_per_step=args.rows,
-        micro_batch_size=args.micro_batch, micro_batch_tokens=args.micro_batch * (args.prompt + args.completion),
-        filter_zero_variance=False, correction="none", kl_coef=0.0, lr=1e-5, lr_schedule="constant",
-        format_warmup_episodes=0, dtype=args.dtype, out=tempfile.mkdtemp(prefix="bench-train-")), **changes)
+def _config(args: argparse.Namespace, backend: str, **changes: object) -> TrainConfig:
+    values: dict[str, object] = {
+        "env_id": "Bandit-LLM-v0", "backend": backend, "model": args.model, "group_size": GROUP,
+        "episodes_per_step": args.rows, "micro_batch_size": args.micro_batch, "filter_zero_variance": False,
+        "correction": "none", "kl_coef": 0.0, "lr": 1e-5, "lr_schedule": "constant", "format_warmup_episodes": 0,
+        "dtype": args.dtype, "out": tempfile.mkdtemp(prefix="bench-train-")}
+    if backend == "fsdp":
+        values["micro_batch_tokens"] = args.micro_batch * (args.prompt + args.completion)
+    return TrainConfig.from_dict({**values, **changes})
 
 
-def bench_fsdp(args: argparse.Namespace, rows: list[TrajectoryRow], *, pack: bool) -> tuple[float, FSDPTrainer]:
-    trainer = FSDPTrainer(_config(args, pack_sequences=pack))
-    trainer.train_step(rows)  # warm-up
+def bench_learner(args: argparse.Namespace, rows: list[TrajectoryRow], backend: str,
+                  **changes: object) -> tuple[float, GRPOLearner]:
+    """Seconds per optimiser step of GRPO's learner on ``backend``'s engine, and the learner."""
+    learner = build_learner(GRPOLearner, _config(args, backend, **changes), init_distributed(args.device))
+    assert isinstance(learner, GRPOLearner)
+    learner.train_step(rows)  # warm-up
     _sync_device()
     started = time.perf_counter()
     for _ in range(args.steps):
-        trainer.train_step(rows)
+        learner.train_step(rows)
     _sync_device()
-    return (time.perf_counter() - started) / args.steps, trainer
+    return (time.perf_counter() - started) / args.steps, learner
 
 
-def bench_trl(args: argparse.Namespace, rows: list[TrajectoryRow]) -> float:
-    """Seconds per TRL GRPOTrainer optimiser step on the same rows (the trl backend's helper)."""
-    from agentgym.trainers.trl_backend import trl_train_on_rows
-
-    result = trl_train_on_rows(_config(args, backend="trl"), rows, steps=args.steps + 1)  # +1: warm-up
-    return float(result["seconds"]) / float(result["steps"])
-
-
-def bench_sync(trainer: FSDPTrainer, pushes: int) -> tuple[float, float]:
+def bench_sync(learner: GRPOLearner, pushes: int) -> tuple[float, float]:
     """Mean seconds of gather + write + load into the built-in server, and the size in MB."""
     from agentgym.serve.launch import BuiltinServer
     from agentgym.trainers.sync import make_weight_sync
 
-    with BuiltinServer(trainer.model_path) as server:
-        sync = make_weight_sync("builtin", server.url, model_name=server.model_name)
+    with BuiltinServer(learner.engine.model_path) as server:
+        sync = make_weight_sync("builtin", server.url, model_name=server.model_name, api_key=server.api_key)
         try:
-            sync.push(trainer.full_weights())  # warm-up
+            sync.push(learner.weights())  # warm-up
             started = time.perf_counter()
             size = 0
             for _ in range(pushes):
-                size = sync.push(trainer.full_weights()).bytes
+                size = sync.push(learner.weights()).bytes
             return (time.perf_counter() - started) / pushes, size / 1e6
         finally:
             sync.close()
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--pushes", type=int, default=5)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--skip-trl", action="store_true")
+    parser.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu or cuda")
     args = parser.parse_args()
     import transformers
 
@@ -129,20 +132,20 @@ def main() -> None:
     tokens = args.rows * (args.prompt + args.completion)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU, {os.cpu_count()} cores"
     results = []
-    padded, trainer = bench_fsdp(args, rows, pack=False)
-    results.append(("fsdp (padded)", padded))
-    print(f"{args.model}: {sum(p.numel() for p in trainer.model.parameters()) / 1e6:.1f}M "
+    padded, learner = bench_learner(args, rows, "fsdp", pack_sequences=False)
+    results.append(("fsdp engine (padded)", padded))
+    print(f"{args.model}: {sum(p.numel() for p in learner.engine.model.parameters()) / 1e6:.1f}M "
           f"parameters, {args.dtype}; {args.rows} rows x ({args.prompt} prompt + {args.completion} completion) "
           f"tokens, micro-batch {args.micro_batch}; {device}; Python {platform.python_version()}, "
           f"torch {torch.__version__}")
-    packed, _ = bench_fsdp(args, rows, pack=True)
-    results.append(("fsdp (packed)", packed))
+    packed, _ = bench_learner(args, rows, "fsdp", pack_sequences=True)
+    results.append(("fsdp engine (packed)", packed))
     if not args.skip_trl:
-        results.append(("trl GRPOTrainer", bench_trl(args, rows)))
+        results.append(("trl engine", bench_learner(args, rows, "trl")[0]))
     print("\n| trainer | s / optimiser step | tokens/s |\n| --- | ---: | ---: |")
     for name, seconds in results:
         print(f"| {name} | {seconds:.3f} | {tokens / seconds:,.0f} |")
-    seconds, megabytes = bench_sync(trainer, args.pushes)
+    seconds, megabytes = bench_sync(learner, args.pushes)
     print(f"\n| weight sync to the built-in server | ms / push | MB |\n| --- | ---: | ---: |\n"
           f"| gather + safetensors + /update_weights | {seconds * 1000:.0f} | {megabytes:.1f} |")
 
