@@ -93,7 +93,7 @@ def _check_files(files: Mapping[str, str | bytes] | None, code_file: str) -> lis
     for name, content in (files or {}).items():
         normal = posixpath.normpath(name) if isinstance(name, str) else ""
         if (not normal or normal.startswith(("/", "../")) or normal in {".", ".."}
-                or "\0" in normal):
+                or "\0" in normal or ".." in normal.replace("\\", "/").split("/")):
             raise ConfigError(f"files: {name!r} is not a relative path inside the work dir; "
                               "use names like 'data/input.txt'.")
         if normal == code_file:
@@ -139,7 +139,10 @@ def build_request(code: str, *, language: str, stdin: str, files: Mapping[str, s
 
 
 def to_result(reply: Mapping[str, Any]) -> ExecResult:
-    """The ExecResult of a runner reply; SandboxError when the runner could not run it."""
+    """The ExecResult of a runner reply; ConfigError when the request's files cannot be
+    written, SandboxError when the runner could not run it."""
+    if "error" in reply and reply.get("invalid"):
+        raise ConfigError(f"files: {reply['error']}; give each file its own path.")
     if "error" in reply:
         raise SandboxError(f"The sandbox runner refused the request: {reply['error']}")
     return ExecResult(stdout=reply["stdout"], stderr=reply["stderr"], exit_code=reply["exit_code"],

@@ -50,7 +50,7 @@ import gc
 import importlib.machinery
 import types
 
-__all__ = ["RunnerError", "SupervisorLost", "handle", "kill_descendants", "main", "prepare_child",
+__all__ = ["BadFiles", "RunnerError", "SupervisorLost", "handle", "kill_descendants", "main", "prepare_child",
            "private_mounts", "read_message", "run_bash", "run_python", "serve", "supervise", "wipe",
            "write_files", "write_message", "zygote_loop"]
 
@@ -66,6 +66,10 @@ _BASH = ("/bin/bash", "/usr/bin/bash")
 
 class RunnerError(Exception):
     """A request the runner cannot serve (bad field, unwritable file)."""
+
+
+class BadFiles(RunnerError):
+    """The request's files cannot be written (one is in the way of another, a name too long)."""
 
 
 class SupervisorLost(RunnerError):
@@ -574,7 +578,10 @@ def _verdict(job, report, outputs, oom_counted):
 def handle(request, zygote, config):
     """Run one request through the zygote; the reply."""
     job = _job(request, config)
-    write_files(request.get("files", []), request["code"], job["language"], config["workdir"])
+    try:
+        write_files(request.get("files", []), request["code"], job["language"], config["workdir"])
+    except OSError as exc:  # e.g. files "a" and "a/b": the request's fault, not the runner's
+        raise BadFiles(f"cannot write the files: {exc}") from exc
     stdin_fd = os.memfd_create("stdin")
     os.write(stdin_fd, request.get("stdin", "").encode("utf-8", "surrogatepass"))
     os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -670,7 +677,8 @@ def serve(config):
             write_message(1, _lost_zygote(str(exc), config))
             return None
         except RunnerError as exc:
-            reply = {"error": str(exc), "replace": not wipe(config["wipe"])}
+            reply = {"error": str(exc), "replace": not wipe(config["wipe"]),
+                     "invalid": isinstance(exc, BadFiles)}
         except OSError as exc:
             reply = {"error": f"runner: {exc}", "replace": True}
         write_message(1, reply)
