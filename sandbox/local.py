@@ -1,30 +1,49 @@
 """LocalSandbox: run code on this machine, without Docker. It isolates less; read what it does.
 
 Each run starts a fresh runner process (``runner.py``) in a fresh temporary
-work dir, which is removed afterwards. Two modes, chosen by what is installed:
+work dir, which is removed afterwards. Three modes, chosen by what works here
+(``LocalSandbox.name``, ``.private_mounts`` and ``.isolation`` say which):
 
 ``bubblewrap`` (when ``bwrap`` works here)
     The runner starts inside ``bwrap --unshare-all``: its own network
     namespace with nothing but ``lo`` (no packet leaves), its own PID, IPC and
     UTS namespaces, no capabilities, a root made of read-only binds of
     ``/usr`` (and ``/bin``, ``/lib``...) plus the work dir at ``/work``; the
-    host's home, ``/tmp`` and ``/etc`` are not there. When the runner ends, the
-    kernel kills every process left in its PID namespace.
-``subprocess`` (no bubblewrap)
+    host's home, ``/tmp`` and ``/etc`` are not there, ``/dev`` is read-only and
+    ``/dev/shm`` a private tmpfs of at most 16 MiB. When the runner ends, the
+    kernel kills every process left in its PID namespace, and its mounts go.
+``subprocess`` with private mounts (no bubblewrap; as root, or where user
+namespaces are allowed)
+    The runner makes its own mount namespace (``unshare(CLONE_NEWNS)``, plus a
+    user namespace when not root) before any code runs: ``/tmp`` and
+    ``/var/tmp`` are the run's own work dir (the host's are hidden from it),
+    ``/dev/shm`` a fresh tmpfs of at most 16 MiB, and the work dir is also
+    ``TMPDIR``, ``HOME`` and the cwd. So a run cannot leave a file in /tmp or
+    /dev/shm for the next run or on the host, and cannot fill the host's RAM
+    through /dev/shm. The code then runs with no capability (as root: as
+    ``nobody``). Everything else of the host is as in the next mode: its files
+    are readable (by the code's user) and the network is reachable.
+``subprocess`` without private mounts (the kernel refuses the namespaces)
     The runner is a plain child process: nothing hides the host's files (the
     code reads whatever its user may read), the network is reachable, and the
-    code can signal every process of its user. Only the rlimits, the session,
-    the scrubbed environment and the temporary work dir separate it from the
-    host. Use it for code you would run yourself anyway, or install bubblewrap.
+    code can signal every process of its user. ``TMPDIR``, ``HOME`` and the cwd
+    are the run's own dir, removed after it, but code that writes to the host's
+    ``/tmp``, ``/var/tmp`` or ``/dev/shm`` by name leaves the file there, where
+    the next run can read it, and a file in ``/dev/shm`` is RAM that the memory
+    limit does not count (each file is capped at ``memory_mb`` by RLIMIT_FSIZE).
+    A warning says so when the sandbox opens. Use it for code you would run
+    yourself anyway, or install bubblewrap.
 
-In both modes, when agentgym runs as root the code runs as ``nobody``
+In every mode, when agentgym runs as root the code runs as ``nobody``
 (uid 65534), so it cannot touch root's files or processes; rlimits bound the
-code's CPU seconds, address space (``Limits.memory_mb``: a memory bomb ends in
-``MemoryError``, reported as ``oom=True``), file sizes and process count (a
-fork bomb is contained), and a wall-clock timeout kills it and everything it
-started. Memory is the address space, not resident memory, and there is no CPU
-share limit (``Limits.cpus`` is not enforced). Prefer :class:`DockerSandbox`
-for untrusted code at scale.
+code's CPU seconds, address space (``Limits.memory_mb``, less the private
+/dev/shm where there is one: a memory bomb ends in ``MemoryError``, reported
+as ``oom=True``), file sizes and process count (a fork bomb is contained), and
+a wall-clock timeout kills it and everything it started. Memory is the address
+space, not resident memory, and there is no CPU share limit (``Limits.cpus``
+is not enforced); the work dir is on the host's disk, each file capped at
+``memory_mb`` but not their total. Prefer :class:`DockerSandbox` for untrusted
+code at scale.
 """
 
 from __future__ import annotations
@@ -128,7 +147,8 @@ class LocalSandbox(Sandbox):
     """Runs code on this machine, in bubblewrap when it works here, else as a plain subprocess.
 
     It isolates less than :class:`DockerSandbox` (see this module's docstring):
-    without bubblewrap the code can read your files and reach the network.
+    without bubblewrap the code can read your files and reach the network, and
+    where the kernel refuses a mount namespace it shares your /tmp and /dev/shm.
 
         with LocalSandbox() as sb:
             sb.run("print(1 + 1)").stdout   # '2\\n'
