@@ -76,7 +76,7 @@ def _valid_text(value: Any) -> Any:
 
 #: Text the service takes: a JSON string, lone surrogates turned into U+FFFD (see
 #: :func:`~agentgym.sandbox.protocol.valid_text`); nothing else is made into a string.
-Text = Annotated[str, BeforeValidator(_valid_text), Field(strict=True)]
+_Text = Annotated[str, BeforeValidator(_valid_text), Field(strict=True)]
 
 
 # A relative path whose parts are 1 to 60 characters, none "." or ".." and no backslash
@@ -86,7 +86,7 @@ Text = Annotated[str, BeforeValidator(_valid_text), Field(strict=True)]
 _PART = (r"(?:[^/\\\x00.][^/\\\x00]{0,59}|\.[^/\\\x00.][^/\\\x00]{0,58}"
          r"|\.\.[^/\\\x00]{1,58})")
 _NAME = rf"^(?:{_PART}/+)*{_PART}/*$"
-FileName = Annotated[Text, Field(pattern=_NAME, max_length=1000)]
+_FileName = Annotated[_Text, Field(pattern=_NAME, max_length=1000)]
 
 
 def _name_pattern(schema: dict[str, Any]) -> None:
@@ -110,10 +110,10 @@ class RunRequest(BaseModel):
 
     # Types are strict: ``true`` is not 1 second and ``"2"`` is not a number.
     model_config = ConfigDict(extra="forbid")
-    code: Annotated[Text, Field(max_length=MAX_CODE_CHARS)]
+    code: Annotated[_Text, Field(max_length=MAX_CODE_CHARS)]
     language: Literal[LANGUAGES] = "python"  # type: ignore[valid-type]
-    stdin: Annotated[Text, Field(max_length=MAX_STDIN_CHARS)] = ""
-    files: dict[FileName, Text | Base64File] = Field(default_factory=dict, max_length=MAX_FILES,
+    stdin: Annotated[_Text, Field(max_length=MAX_STDIN_CHARS)] = ""
+    files: dict[_FileName, _Text | Base64File] = Field(default_factory=dict, max_length=MAX_FILES,
                                                      json_schema_extra=_name_pattern)
     timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT, strict=True)] | None = None
     """Wall-clock seconds; None: the server's ``Limits.timeout``."""
