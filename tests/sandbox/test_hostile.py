@@ -9,6 +9,10 @@ held to these properties when it can make a mount namespace here, which its
 from __future__ import annotations
 
 import glob
+import os
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -16,6 +20,7 @@ import pytest
 from sandbox_helpers import BACKENDS, LIMITS
 
 from agentgym.sandbox import ExecResult, LocalSandbox, RemoteSandbox, Sandbox, local
+from agentgym.sandbox.protocol import FrameReader, build_request, encode, to_result
 from agentgym.sandbox.service import ServiceThread
 
 pytestmark = pytest.mark.timeout(180)
@@ -140,3 +145,33 @@ def test_with_a_mount_namespace_tmp_is_the_runs_own_dir(subprocess_sandbox: Loca
                                     " os.listdir('/tmp'), os.listdir('/dev/shm'))")
     assert result.stdout == "/tmp /tmp ['main.py'] []\n", result
     assert "private /tmp and /dev/shm" in subprocess_sandbox.isolation
+
+
+def test_as_a_user_the_runner_makes_its_mounts_in_a_user_namespace_and_keeps_no_capability(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The path a non-root host takes without bubblewrap, driven here as ``nobody`` from root."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start the runner as another user")
+    host_dir = tempfile.mkdtemp(prefix="agentgym-sandbox-", dir="/tmp")
+    os.chown(host_dir, 65534, 65534)
+    try:
+        command, _ = local._command(local._default_python(), host_dir, None, True, None, 4)
+        code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                "open('/tmp/left', 'w').write('s')\n"
+                "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+                "print(os.getuid(), int(status['CapEff'], 16), libc.umount2(b'/tmp', 2),"
+                " sorted(os.listdir('/tmp')), os.listdir('/dev/shm'))")
+        request = build_request(code, language="python", stdin="", files=None, timeout=20,
+                                limits=LIMITS)
+        finished = subprocess.run(command, input=encode(request), capture_output=True, timeout=60,
+                                  cwd=host_dir, env={"PATH": "/usr/bin:/bin"}, user=65534,
+                                  group=65534, extra_groups=[], check=False)
+        messages = FrameReader().feed(finished.stdout)
+        if messages and "error" in messages[0]:
+            pytest.skip(f"no user namespaces here: {messages[0]['error']}")
+        result = to_result(messages[1])
+    finally:
+        shutil.rmtree(host_dir)
+    # nobody, no capability, /tmp cannot be unmounted (-1) to reach the host's
+    assert result.stdout == "65534 0 -1 ['left', 'main.py'] []\n", result
+
