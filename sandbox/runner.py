@@ -410,9 +410,9 @@ def private_mounts(config):
             with open(f"/proc/self/{name}", "w") as handle:
                 handle.write(text)
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)  # nothing goes back to the host
-    for target in ("/var/tmp", "/tmp"):  # /tmp last: the per-run dir lives under it
-        if os.path.isdir(target):
-            _mount(libc, private["tmp"], target, None, _MS_BIND, None)
+    _mount(libc, private["tmp"], "/tmp", None, _MS_BIND, None)
+    if os.path.isdir("/var/tmp"):  # from /tmp, now the run's dir: the host's path may be gone
+        _mount(libc, "/tmp", "/var/tmp", None, _MS_BIND, None)
     _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
            f"size={private['shm_mb']}m,mode=1777")
     config = dict(config, private_done=True)
