@@ -175,3 +175,11 @@ def test_as_a_user_the_runner_makes_its_mounts_in_a_user_namespace_and_keeps_no_
     # nobody, no capability, /tmp cannot be unmounted (-1) to reach the host's
     assert result.stdout == "65534 0 -1 ['left', 'main.py'] []\n", result
 
+
+
+def test_bubblewraps_dev_is_read_only(bwrap_sandbox: LocalSandbox) -> None:
+    # bwrap's /dev is a tmpfs in RAM that no limit counts: nothing may be written there.
+    result = bwrap_sandbox.run("try:\n    open('/dev/agentgym', 'w').write('x' * 2**20)\n"
+                               "except OSError as exc:\n    print(exc.strerror)\n"
+                               "open('/dev/null', 'w').write('devices still work')\nprint('ok')")
+    assert result.stdout == "Read-only file system\nok\n", result
