@@ -24,7 +24,7 @@ from agentgym.errors import ConfigError, SandboxError
 from agentgym.sandbox.base import LANGUAGES, ExecResult, Limits
 
 __all__ = ["CODE_FILES", "FrameReader", "build_request", "encode", "runner_command",
-           "runner_source", "sandbox_env", "to_result"]
+           "runner_source", "sandbox_env", "to_result", "valid_text"]
 
 _HEADER = struct.Struct(">I")
 #: The file each language's code is written to, in the work dir.
@@ -74,18 +74,33 @@ class FrameReader:
         return messages
 
 
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: a surrogate pair becomes its character, a lone surrogate U+FFFD.
+
+    Model output can hold lone surrogates (``"\\ud800"``), which no UTF-8
+    encoder takes; every backend passes the code, stdin and file names and
+    texts through this before they leave the host, so that such text runs
+    (a comment with ``\\ud800`` in it is a comment with U+FFFD in it) instead of
+    raising. Control characters and NUL are valid and left as they are.
+    """
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _check_files(files: Mapping[str, str | bytes] | None, code_file: str) -> list[list[str]]:
     encoded = []
     for name, content in (files or {}).items():
         normal = posixpath.normpath(name) if isinstance(name, str) else ""
         if (not normal or normal.startswith(("/", "../")) or normal in {".", ".."}
-                or "\0" in normal):
+                or "\0" in normal or ".." in normal.replace("\\", "/").split("/")):
             raise ConfigError(f"files: {name!r} is not a relative path inside the work dir; "
                               "use names like 'data/input.txt'.")
         if normal == code_file:
             raise ConfigError(f"files: {name!r} would overwrite the code itself; pass it as `code`.")
+        normal = valid_text(normal)
         if isinstance(content, str):
-            content = content.encode("utf-8")
+            content = valid_text(content).encode("utf-8")
         if not isinstance(content, (bytes, bytearray)):
             raise ConfigError(f"files[{name!r}] must be str or bytes, got {type(content).__name__}.")
         encoded.append([normal, base64.b64encode(content).decode("ascii")])
@@ -110,7 +125,7 @@ def build_request(code: str, *, language: str, stdin: str, files: Mapping[str, s
         raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}.")
     wall = float(timeout if timeout is not None else limits.timeout)
     request: dict[str, Any] = {
-        "code": code, "language": language, "stdin": stdin,
+        "code": valid_text(code), "language": language, "stdin": valid_text(stdin),
         "files": _check_files(files, CODE_FILES[language]),
         "timeout": wall, "cpu_seconds": float(limits.cpu_seconds or wall),
         "output_bytes": limits.output_bytes,
@@ -124,7 +139,10 @@ def build_request(code: str, *, language: str, stdin: str, files: Mapping[str, s
 
 
 def to_result(reply: Mapping[str, Any]) -> ExecResult:
-    """The ExecResult of a runner reply; SandboxError when the runner could not run it."""
+    """The ExecResult of a runner reply; ConfigError when the request's files cannot be
+    written, SandboxError when the runner could not run it."""
+    if "error" in reply and reply.get("invalid"):
+        raise ConfigError(f"files: {reply['error']}; give each file its own path.")
     if "error" in reply:
         raise SandboxError(f"The sandbox runner refused the request: {reply['error']}")
     return ExecResult(stdout=reply["stdout"], stderr=reply["stderr"], exit_code=reply["exit_code"],

@@ -32,6 +32,7 @@ straight to the hosts (proxy variables are ignored).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -44,7 +45,7 @@ from typing import Any
 from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, SandboxUnavailable
 from agentgym.sandbox.base import ExecResult, Limits, Sandbox
-from agentgym.sandbox.protocol import build_request
+from agentgym.sandbox.protocol import build_request, valid_text
 
 __all__ = ["TOKEN_ENV", "URL_ENV", "RemoteSandbox", "is_sandbox_url", "parse_urls"]
 
@@ -216,12 +217,13 @@ class RemoteSandbox(Sandbox):
             timeout: float | None = None) -> ExecResult:
         if self._closed:
             raise SandboxError("This sandbox is closed; open a new one.")
-        # Checks the caller's arguments exactly as the other backends do (ConfigError).
-        build_request(code, language=language, stdin=stdin, files=files, timeout=timeout,
-                      limits=self.limits)
-        body = {"code": code, "language": language, "stdin": stdin,
-                "files": {name: _file_entry(content) for name, content in (files or {}).items()},
-                "timeout": float(timeout if timeout is not None else self.limits.timeout)}
+        # Checks the caller's arguments exactly as the other backends do (ConfigError), and
+        # makes the text valid Unicode (lone surrogates cannot be sent as UTF-8 JSON).
+        request = build_request(code, language=language, stdin=stdin, files=files,
+                                timeout=timeout, limits=self.limits)
+        body = {"code": request["code"], "language": language, "stdin": request["stdin"],
+                "files": {name: {"base64": content} for name, content in request["files"]},
+                "timeout": request["timeout"]}
         for host in self._order():
             try:
                 return self._run_on(host, body)
@@ -245,7 +247,12 @@ class RemoteSandbox(Sandbox):
                 return ExecResult(stdout="", stderr=f"[sandbox: the service refused the run: "
                                                     f"{_message(response)}]\n", exit_code=None)
             reply = response.json()
-            return ExecResult(**{field: reply[field] for field in _FIELDS})
+            if not (isinstance(reply["stdout"], str) and isinstance(reply["stderr"], str)):
+                raise TypeError("stdout and stderr must be strings")
+            result = ExecResult(**{field: reply[field] for field in _FIELDS})
+            # A service could send lone surrogates (as JSON escapes): the caller gets valid text.
+            return dataclasses.replace(result, stdout=valid_text(result.stdout),
+                                       stderr=valid_text(result.stderr))
         except (KeyError, TypeError, *self._errors) as exc:
             raise _HostFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
@@ -260,15 +267,6 @@ class RemoteSandbox(Sandbox):
 
     def __repr__(self) -> str:
         return f"RemoteSandbox({self.urls!r})"
-
-
-def _file_entry(content: str | bytes) -> str | dict[str, str]:
-    """A file as the service takes it: text as is, bytes base64-encoded."""
-    import base64
-
-    if isinstance(content, str):
-        return content
-    return {"base64": base64.b64encode(bytes(content)).decode("ascii")}
 
 
 def _message(response: Any) -> str:

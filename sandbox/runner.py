@@ -50,8 +50,8 @@ import gc
 import importlib.machinery
 import types
 
-__all__ = ["RunnerError", "SupervisorLost", "handle", "kill_descendants", "main", "prepare_child",
-           "read_message", "run_bash", "run_python", "serve", "supervise", "wipe",
+__all__ = ["BadFiles", "RunnerError", "SupervisorLost", "handle", "kill_descendants", "main", "prepare_child",
+           "private_mounts", "read_message", "run_bash", "run_python", "serve", "supervise", "wipe",
            "write_files", "write_message", "zygote_loop"]
 
 _HEADER = struct.Struct(">I")
@@ -66,6 +66,10 @@ _BASH = ("/bin/bash", "/usr/bin/bash")
 
 class RunnerError(Exception):
     """A request the runner cannot serve (bad field, unwritable file)."""
+
+
+class BadFiles(RunnerError):
+    """The request's files cannot be written (one is in the way of another, a name too long)."""
 
 
 class SupervisorLost(RunnerError):
@@ -366,6 +370,64 @@ def _send_json(sock, message):
     sock.sendall(json.dumps(message).encode("utf-8") + b"\n")
 
 
+# ---------------------------------------------------------------- private mounts
+
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+
+
+def _mount(libc, source, target, fstype, flags, data):
+    import ctypes
+
+    args = [None if value is None else value.encode() for value in (source, target, fstype)]
+    if libc.mount(*args, ctypes.c_ulong(flags), None if data is None else data.encode()) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {target}: {os.strerror(errno)}")
+
+
+def private_mounts(config):
+    """Give this runner its own mount namespace: ``/tmp`` and ``/var/tmp`` are the host's per-run
+    dir (``config["private"]["tmp"]``, removed after the run), ``/dev/shm`` a fresh tmpfs of
+    ``shm_mb`` MiB; the namespace, and all it holds, ends with the runner's last process.
+
+    As root it then drops to ``uid`` (no capabilities are left). Otherwise it needs a user
+    namespace too, and re-executes itself so that the code keeps no capability in it (a
+    non-root ``execve`` drops them all). Returns the config to serve with; OSError where
+    the kernel refuses the namespaces.
+    """
+    import ctypes
+
+    private = config["private"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+    flags = _CLONE_NEWNS if uid == 0 else _CLONE_NEWUSER | _CLONE_NEWNS
+    if libc.unshare(flags) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare: {os.strerror(errno)}")
+    if uid != 0:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as handle:
+                handle.write(text)
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)  # nothing goes back to the host
+    _mount(libc, private["tmp"], "/tmp", None, _MS_BIND, None)
+    if os.path.isdir("/var/tmp"):  # from /tmp, now the run's dir: the host's path may be gone
+        _mount(libc, "/tmp", "/var/tmp", None, _MS_BIND, None)
+    _mount(libc, "tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV,
+           f"size={private['shm_mb']}m,mode=1777")
+    config = dict(config, private_done=True)
+    if uid == 0:
+        if private.get("uid") is not None:
+            os.setgroups([])
+            os.setgid(private["uid"])
+            os.setuid(private["uid"])  # all uids non-zero: the capabilities go too
+        return config
+    with open("/proc/self/cmdline", "rb") as handle:
+        argv = handle.read().split(b"\0")[:-1]
+    os.execv(sys.executable, [*argv[:-1], json.dumps(config).encode()])
+    return config  # not reached
+
+
 # ---------------------------------------------------------------- the mother
 
 
@@ -402,7 +464,10 @@ def write_files(job_files, code, language, workdir):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
             handle.write(base64.b64decode(encoded))
-    with open(os.path.join(workdir, _CODE_FILES[language]), "w", encoding="utf-8") as handle:
+    # The host sends valid Unicode; surrogatepass keeps a stray surrogate from killing the
+    # runner (the code then fails to compile, as a result).
+    with open(os.path.join(workdir, _CODE_FILES[language]), "w", encoding="utf-8",
+              errors="surrogatepass") as handle:
         handle.write(code)
 
 
@@ -513,9 +578,12 @@ def _verdict(job, report, outputs, oom_counted):
 def handle(request, zygote, config):
     """Run one request through the zygote; the reply."""
     job = _job(request, config)
-    write_files(request.get("files", []), request["code"], job["language"], config["workdir"])
+    try:
+        write_files(request.get("files", []), request["code"], job["language"], config["workdir"])
+    except OSError as exc:  # e.g. files "a" and "a/b": the request's fault, not the runner's
+        raise BadFiles(f"cannot write the files: {exc}") from exc
     stdin_fd = os.memfd_create("stdin")
-    os.write(stdin_fd, request.get("stdin", "").encode("utf-8"))
+    os.write(stdin_fd, request.get("stdin", "").encode("utf-8", "surrogatepass"))
     os.lseek(stdin_fd, 0, os.SEEK_SET)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -609,7 +677,8 @@ def serve(config):
             write_message(1, _lost_zygote(str(exc), config))
             return None
         except RunnerError as exc:
-            reply = {"error": str(exc), "replace": not wipe(config["wipe"])}
+            reply = {"error": str(exc), "replace": not wipe(config["wipe"]),
+                     "invalid": isinstance(exc, BadFiles)}
         except OSError as exc:
             reply = {"error": f"runner: {exc}", "replace": True}
         write_message(1, reply)
@@ -618,6 +687,12 @@ def serve(config):
 def main():
     """Entry point: ``python3 -I -c SOURCE CONFIG_JSON``."""
     config = json.loads(sys.argv[1])
+    if config.get("private") and not config.get("private_done"):
+        try:
+            config = private_mounts(config)
+        except OSError as exc:  # the host falls back to a plain subprocess (it probes first)
+            write_message(1, {"error": f"no private mounts here: {exc}", "replace": True})
+            return
     job = serve(config)
     if job is None:
         return

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import dataclasses
 import functools
 import hmac
@@ -42,18 +41,21 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from agentgym.asgi import CatchAll
 from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, ServerStartError
 from agentgym.sandbox.base import LANGUAGES, Sandbox
+from agentgym.sandbox.protocol import valid_text
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "MAX_CODE_CHARS", "MAX_FILES", "MAX_STDIN_CHARS",
-           "MAX_TIMEOUT", "Base64File", "RunReply", "RunRequest", "ServiceThread", "create_app",
+           "MAX_TIMEOUT", "Base64File", "ErrorDetail", "ErrorReply", "HealthReply", "RunReply",
+           "RunRequest", "ServiceThread", "create_app",
            "serve_sandbox"]
 
 _log = logging.getLogger("agentgym.sandbox")
@@ -67,31 +69,53 @@ MAX_TIMEOUT = 600.0
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
+def _valid_text(value: Any) -> Any:
+    """A str with lone surrogates (JSON escapes allow them) made valid; anything else as it came."""
+    return valid_text(value) if isinstance(value, str) else value
+
+
+#: Text the service takes: a JSON string, lone surrogates turned into U+FFFD (see
+#: :func:`~agentgym.sandbox.protocol.valid_text`); nothing else is made into a string.
+_Text = Annotated[str, BeforeValidator(_valid_text), Field(strict=True)]
+
+
+# A relative path whose parts are 1 to 60 characters, none "." or ".." and no backslash
+# (which the runner reads as a separator too), so that it stays in the
+# work dir and fits any file system's name length); written without look-arounds, which the
+# schema's readers may not support. ``main.py`` and ``main.sh`` (the code) are refused later.
+_PART = (r"(?:[^/\\\x00.][^/\\\x00]{0,59}|\.[^/\\\x00.][^/\\\x00]{0,58}"
+         r"|\.\.[^/\\\x00]{1,58})")
+_NAME = rf"^(?:{_PART}/+)*{_PART}/*$"
+_FileName = Annotated[_Text, Field(pattern=_NAME, max_length=1000)]
+
+
+def _name_pattern(schema: dict[str, Any]) -> None:
+    """Put the file names' pattern in ``propertyNames``, where pydantic leaves it out."""
+    schema["propertyNames"] = {"pattern": _NAME, "maxLength": 1000}
+    if "patternProperties" in schema:
+        schema["additionalProperties"] = schema.pop("patternProperties").popitem()[1]
+
+
 class Base64File(BaseModel):
     """A file with bytes that are not UTF-8 text, base64-encoded (a text file is a plain string)."""
 
     model_config = ConfigDict(extra="forbid")
-    base64: str
-
-    @field_validator("base64")
-    @classmethod
-    def _decodes(cls, value: str) -> str:
-        try:
-            base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ValueError(f"not valid base64 ({exc})") from exc
-        return value
+    # The schema says exactly what b64decode(validate=True) takes (padding included).
+    base64: str = Field(pattern=r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+                        strict=True)
 
 
 class RunRequest(BaseModel):
     """One run; the fields and their meaning are those of :meth:`Sandbox.run`."""
 
+    # Types are strict: ``true`` is not 1 second and ``"2"`` is not a number.
     model_config = ConfigDict(extra="forbid")
-    code: str = Field(max_length=MAX_CODE_CHARS)
+    code: Annotated[_Text, Field(max_length=MAX_CODE_CHARS)]
     language: Literal[LANGUAGES] = "python"  # type: ignore[valid-type]
-    stdin: str = Field("", max_length=MAX_STDIN_CHARS)
-    files: dict[str, str | Base64File] = Field(default_factory=dict, max_length=MAX_FILES)
-    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT)] | None = None
+    stdin: Annotated[_Text, Field(max_length=MAX_STDIN_CHARS)] = ""
+    files: dict[_FileName, _Text | Base64File] = Field(default_factory=dict, max_length=MAX_FILES,
+                                                     json_schema_extra=_name_pattern)
+    timeout: Annotated[float, Field(gt=0, le=MAX_TIMEOUT, strict=True)] | None = None
     """Wall-clock seconds; None: the server's ``Limits.timeout``."""
 
     def file_contents(self) -> dict[str, str | bytes]:
@@ -110,6 +134,53 @@ class RunReply(BaseModel):
     oom: bool
     duration: float
     truncated: bool
+
+
+class ErrorDetail(BaseModel):
+    """Why the service did not run a request."""
+
+    message: str
+    """What was expected, what came, and what to do."""
+    type: str
+    """``InvalidRequest``, ``AuthenticationError``, ``LengthRequired``, ``RequestTooLarge``,
+    ``SandboxError`` or ``InternalServerError``."""
+    param: str | None
+    """The request field at fault (``files.a.txt``), if one is."""
+
+
+class ErrorReply(BaseModel):
+    """Every answer that is not a run's result: ``{"error": {"message", "type", "param"}}``."""
+
+    error: ErrorDetail
+
+
+#: The answers other than 200 that a route can give, for the OpenAPI schema.
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorReply, "description": "The service has a token the request lacked."},
+    500: {"model": ErrorReply, "description": "A bug in the service (logged); it goes on."},
+}
+_RUN_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    411: {"model": ErrorReply, "description": "The body came without a Content-Length."},
+    413: {"model": ErrorReply, "description": f"The body is over {MAX_BODY_BYTES} bytes."},
+    422: {"model": ErrorReply, "description": "The body is not JSON, or a field is invalid or "
+                                              "over its cap; ``param`` names it."},
+    503: {"model": ErrorReply, "description": "The sandbox itself failed (a lost engine)."},
+}
+
+
+class HealthReply(BaseModel):
+    """The service's state: ``pool_size`` runs go at once, ``busy`` run now, ``waiting`` wait."""
+
+    status: Literal["ok"]
+    backend: str
+    isolation: str
+    pool_size: int
+    busy: int
+    waiting: int
+    runs: int
+    limits: dict[str, float | int | None]
+    """The sandbox's :class:`~agentgym.sandbox.Limits`."""
 
 
 def _require_packages() -> None:
@@ -195,6 +266,7 @@ def create_app(sandbox: Sandbox, *, token: str | None = None, pool_size: int = 4
     _require_packages()
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     import agentgym
 
@@ -207,21 +279,23 @@ def create_app(sandbox: Sandbox, *, token: str | None = None, pool_size: int = 4
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError) -> Any:
-        problems, params = [], []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
-            problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
-            params.append(where)
-        return _error(422, "Invalid request: " + "; ".join(problems),
-                      param=params[0] if params else None, kind="InvalidRequest")
+        return _invalid(exc.errors())
 
-    @app.get("/health")
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
+        if exc.status_code == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8)
+            return _invalid([{"type": "json_invalid", "msg": str(exc.detail)}])
+        response = _error(exc.status_code, str(exc.detail), kind=f"HTTP{exc.status_code}")
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
+
+    @app.get("/health", response_model=HealthReply, responses=_ERRORS)
     async def health() -> dict[str, Any]:
         return {"status": "ok", "backend": sandbox.name, "isolation": sandbox.isolation,
                 "pool_size": slots.size, "busy": slots.busy, "waiting": slots.waiting,
                 "runs": slots.done, "limits": dataclasses.asdict(sandbox.limits)}
 
-    @app.post("/run", response_model=RunReply)
+    @app.post("/run", response_model=RunReply, responses=_RUN_ERRORS)
     async def run(body: RunRequest) -> Any:
         call = functools.partial(sandbox.run, body.code, language=body.language, stdin=body.stdin,
                                  files=body.file_contents(), timeout=body.timeout)
@@ -238,6 +312,27 @@ def create_app(sandbox: Sandbox, *, token: str | None = None, pool_size: int = 4
     app.add_middleware(CatchAll, log=_log,
                        answer=functools.partial(_error, 500, kind="InternalServerError"))
     return _Guard(app, token)
+
+
+def _invalid(errors: Sequence[Any]) -> Any:
+    """The 422 for a body FastAPI could not parse or validate, in the service's error shape."""
+    problems, params = [], []
+    example = 'send a JSON object such as {"code": "print(1)"}'
+    for error in errors:
+        if error.get("type") == "json_invalid":  # loc is ("body", offset): no field to name
+            detail = (error.get("ctx") or {}).get("error", "")
+            problems.append(f"the body is not valid JSON ({detail or error.get('msg')}); {example}")
+            params.append(None)
+            continue
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        if where:
+            problems.append(f"{where}: {error.get('msg', 'invalid')}")
+        else:  # the body as a whole: empty, null, a list
+            problems.append(f"the body is not a JSON object ({error.get('msg', 'invalid')}); "
+                            f"{example}")
+        params.append(where or None)
+    return _error(422, "Invalid request: " + "; ".join(problems),
+                  param=params[0] if params else None, kind="InvalidRequest")
 
 
 def _shutdown(app: Any) -> None:

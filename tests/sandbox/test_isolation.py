@@ -191,8 +191,9 @@ def test_sleeping_children_are_killed_at_the_end(sandbox: Sandbox) -> None:
 
 
 def test_one_runs_files_are_invisible_to_the_next(fresh_sandbox: Sandbox) -> None:
-    # A plain subprocess shares the host's /dev/shm (its docstring says so): not tested there.
-    shm = "'/dev/shm'" if fresh_sandbox.name != "subprocess" else "None"
+    # A subprocess with no mount namespace shares the host's /dev/shm (its docstring says so).
+    private = fresh_sandbox.name != "subprocess" or getattr(fresh_sandbox, "private_mounts", False)
+    shm = "'/dev/shm'" if private else "None"
     first = fresh_sandbox.run(
         "import os, tempfile\nopen('left.txt', 'w').write('secret')\nos.makedirs('d/e')\n"
         "os.chmod('d', 0)\nopen(os.path.join(tempfile.gettempdir(), 't.txt'), 'w').write('x')\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,10 @@ def test_a_missing_interpreter_is_unavailable() -> None:
 
 
 def test_the_work_dir_is_removed_after_the_run() -> None:
+    marker = f"marker-{uuid.uuid4().hex}"
     result = LocalSandbox(LIMITS, use_bwrap=False).run(
-        "import os\nos.makedirs('a/b')\nos.chmod('a', 0)\nprint(os.getcwd())")
+        f"import os\nos.makedirs('a/b')\nopen('a/b/{marker}', 'w').close()\nos.chmod('a', 0)\n"
+        "print(os.getcwd())")
     assert result.ok and result.stdout.startswith("/")
-    assert not Path(result.stdout.strip()).exists()
+    # Where the run's dir was on the host (with private mounts the run sees it as /tmp).
+    assert not list(Path(tempfile.gettempdir()).glob(f"agentgym-sandbox-*/a/b/{marker}"))

@@ -131,6 +131,11 @@ def test_runs_do_not_block_the_service_and_the_pool_size_bounds_them(local: Loca
 @pytest.mark.parametrize(("body", "field"), [
     ({"code": "print(1)", "language": "ruby"}, "language"),
     ({"code": "print(1)", "timeout": 0}, "timeout"),
+    ({"code": "print(1)", "timeout": True}, "timeout"),  # a bool is not 1 second
+    ({"code": "print(1)", "timeout": "2"}, "timeout"),
+    ({"code": 5}, "code"),
+    ({"code": "print(1)", "files": {"x": {"base64": 5}}}, "files.x"),
+    ({"code": "print(1)", "files": {"a\\..\\b": "x"}}, "files"),
     ({"code": "print(1)", "timeout": MAX_TIMEOUT + 1}, "timeout"),
     ({"code": "print(1)", "stdin": 5}, "stdin"),
     ({"code": "print(1)", "files": {"x": {"base64": "not base64!"}}}, "files.x"),
@@ -146,6 +151,46 @@ def test_a_bad_request_gets_a_4xx_naming_the_field(service: ServiceThread, body:
     assert error["param"] == field or error["param"].startswith(field), error
     assert field.split(".")[0] in error["message"]
     assert health(service.url)["status"] == "ok"  # still serving
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe{}", b"", b"[1]", b"null"])
+def test_a_body_that_is_not_a_json_object_gets_the_services_own_error(service: ServiceThread,
+                                                                       body: bytes) -> None:
+    response = httpx2.post(f"{service.url}/run", content=body, timeout=30, trust_env=False,
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert set(response.json()) == {"error"}  # not FastAPI's {"detail": ...}
+    error = response.json()["error"]
+    assert error["type"] == "InvalidRequest" and error["param"] is None, error
+    assert "send a JSON object such as" in error["message"], error
+
+
+def test_a_lone_surrogate_escaped_in_the_json_runs(service: ServiceThread) -> None:
+    body = b'{"code": "print(ascii(input())) # \\ud800", "stdin": "a\\udfff"}'
+    response = httpx2.post(f"{service.url}/run", content=body, timeout=30, trust_env=False,
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert response.json()["stdout"] == "'a\\ufffd'\n"
+
+
+def test_every_answer_is_in_the_schema_in_the_services_shape(service: ServiceThread) -> None:
+    client = httpx2.Client(trust_env=False, timeout=30)
+    with client:
+        schema = client.get(f"{service.url}/openapi.json").json()
+        wrong_method = client.put(f"{service.url}/run")
+        nowhere = client.get(f"{service.url}/nowhere")
+    run = schema["paths"]["/run"]["post"]["responses"]
+    assert sorted(run) == ["200", "401", "411", "413", "422", "500", "503"]
+    for status in sorted(set(run) - {"200"}):
+        assert run[status]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorReply"}, status
+    assert "HTTPValidationError" not in str(schema)  # FastAPI's shape is never answered
+    assert schema["components"]["schemas"]["RunRequest"]["properties"]["timeout"]["anyOf"][0][
+        "type"] == "number"
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert nowhere.status_code == 404
+    for response in (wrong_method, nowhere):
+        assert set(response.json()["error"]) == {"message", "type", "param"}, response.text
 
 
 def test_bodies_that_are_not_json_or_too_big_are_refused(service: ServiceThread) -> None:

@@ -121,3 +121,22 @@ def test_the_tools_and_code_envs_share_one_sandbox() -> None:
     finally:
         env.close()
         close_shared_sandbox()
+
+
+def test_a_lone_surrogate_in_the_code_is_run_not_raised(sandbox: Sandbox) -> None:
+    # Issue 38: the runner encoded strictly, and a surrogate from the model raised out of step().
+    tool = PythonTool(sandbox)
+    assert tool.call(code="print(1) # \ud800") == "1"
+    assert tool.call(code="print(ascii('\udfff'))") == "'\\ufffd'"
+
+
+def test_math_tool_env_with_the_local_sandbox_answers_a_surrogate_with_a_result() -> None:
+    from agentgym.envs.math.tool import make_math_tool_env
+
+    with LocalSandbox(Limits(timeout=20, memory_mb=256)) as sandbox:
+        env = make_math_tool_env(sandbox=sandbox)
+        env.reset(seed=0)
+        observation, _, terminated, _, info = env.step("<python>print(1) # \ud800</python>")
+        env.close()
+    assert observation == '<tool_response name="python">\n1\n</tool_response>'
+    assert not terminated and info["tool_calls"] == 1
