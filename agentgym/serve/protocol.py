@@ -27,7 +27,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 __all__ = [
     "ChatCompletionLogProb",
@@ -67,7 +67,12 @@ __all__ = [
     "UsageInfo",
 ]
 
-TokenId = Annotated[StrictInt, Field(ge=0)]  # strict: true and 1.0 are not token ids
+def _integral(value: object) -> object:
+    """1.0 is an integer to JSON Schema (and so to the OpenAPI schema); true is not."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+TokenId = Annotated[StrictInt, BeforeValidator(_integral), Field(ge=0)]  # strict: true is no token id
 StopParam = str | list[str] | None
 
 
