@@ -234,6 +234,8 @@ class GRPOLearner(Learner):
             off.add("is_weight_mean")
         if self.loss_config.top_entropy_quantile >= 1.0:
             off.add("policy_token_share")
+        if self._single_update:  # the ratio to pi_old is 1 by construction: nothing is ever clipped
+            off.update({"clip_fraction", "ratio_mean"})
         return off
 
 

@@ -42,16 +42,19 @@ _W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 420, 220, 52, 12, 28, 30
 
 
 def _ticks(low: float, high: float, count: int = 4) -> list[float]:
+    """Round values between ``low`` and ``high``: about ``count``, never fewer than three."""
     if high <= low:
         return [low]
+    nice = [factor * 10 ** power for power in range(math.floor(math.log10(high - low)) - 2,
+                                                     math.floor(math.log10(high - low)) + 2)
+            for factor in (1, 2, 5)]
     raw = (high - low) / count
-    step = 10 ** math.floor(math.log10(raw))
-    for factor in (1, 2, 5, 10):
-        if raw <= factor * step:
-            step *= factor
-            break
-    first = math.ceil(low / step) * step
-    return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+    for step in sorted((s for s in nice if s <= raw * 1.5), reverse=True) + sorted(nice):
+        first = math.ceil(low / step) * step
+        ticks = [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+        if len(ticks) >= 3:
+            return ticks
+    return [low, (low + high) / 2, high]
 
 
 def _fmt(value: float) -> str:

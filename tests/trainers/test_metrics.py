@@ -115,3 +115,13 @@ def test_report_is_one_offline_page_with_curves_and_escaped_episodes(tmp_path: P
 def test_report_of_a_folder_without_metrics_says_what_to_give(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"has no metrics\.jsonl: give the --out folder"):
         render_report(tmp_path)
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.17, 1.03), (0.45, 0.55), (-0.07, 0.1), (0.0, 800.0), (5.0, 5.0001)])
+def test_every_axis_gets_at_least_three_round_ticks_inside_its_range(low: float, high: float) -> None:
+    from agentgym.trainers.report import _ticks
+
+    ticks = _ticks(low, high)
+    assert len(ticks) >= 3 and all(low - 1e-9 <= t <= high + 1e-9 for t in ticks)
+    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+    assert len(steps) == 1  # evenly spaced
