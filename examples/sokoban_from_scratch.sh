@@ -20,7 +20,7 @@
 # SFT result has varied widely (32.0% to 86.5% over the versions of this recipe), and this GRPO
 # setting has been run once from an 80%-plus model. The GRPO setting before it (64 episodes a step
 # in 4 mini-batches, lr 5e-5, KL to the start model) never beat SFT in thirty-four runs of its
-# family; docs/results.md keeps them, and its settings are still knobs below.
+# family; docs/log.md keeps them, and its settings are still knobs below.
 # Optional: GRPO_CONTROL=1 runs the same GRPO at lr 0 beside it, to see GRPO's lead step by step.
 # Departures from the usual LLM recipe, and why:
 # - the env's `brief` instructions (one line instead of the rules): a model trained from scratch
@@ -63,7 +63,7 @@ DAGGER_LR=${DAGGER_LR:-5e-4}
 GRPO_STEPS=${GRPO_STEPS:-180}    # about 90 min on one core beside another run (30 s a step)
 GRPO_EPISODES=${GRPO_EPISODES:-128}
 GRPO_EPOCHS=${GRPO_EPOCHS:-1}
-GRPO_LR=${GRPO_LR:-3e-5}         # one AdamW step a GRPO step; 1e-4 with 4 steps cost a model 20 points (docs/results.md)
+GRPO_LR=${GRPO_LR:-3e-5}         # one AdamW step a GRPO step; 1e-4 with 4 steps cost a model 20 points (docs/log.md)
 GRPO_TURNS=${GRPO_TURNS:-12}     # turn limit while training (the eval keeps the env's 30)
 GRPO_KL=${GRPO_KL:-0}            # KL to the start model (1 kept the old 4-mini-batch setting from losing points, and from gaining any)
 GRPO_BASELINE=${GRPO_BASELINE:-turn}  # turn: each turn against the episodes still playing it (README); episode: the whole return

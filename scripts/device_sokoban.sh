@@ -13,7 +13,7 @@
 # 15 minutes of device time a machine's start eats into. GRPO runs beside its lr-0 control
 # (GRPO_CONTROL=0: alone), so its training curve pairs with one that cannot learn; its turns are
 # compared with the episodes still playing them (GRPO_BASELINE=turn, the recipe's default since
-# 2026-11-28, with its other GRPO settings; docs/results.md). float32
+# 2026-11-28, with its other GRPO settings; docs/log.md). float32
 # matmuls run as TF32 (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE): SFT took 2.7 times less per step
 # than in float32. Every stage writes into $OUT as it ends and DEADLINE seconds stop whatever
 # is left, so a run cut short still brings back what it finished.

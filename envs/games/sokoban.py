@@ -25,7 +25,7 @@ unchanged but tells a learner at once which move was a mistake. Unchanged for a
 learner that credits a move with the undiscounted rest of its episode: one that
 credits a move with its own turn's reward only (GiGPO with ``turn_discount=0``)
 finds walking into a wall (-0.1) safer than a move that may add to the distance
-(-0.1 - shaping), and learned exactly that here (docs/results.md). A position no
+(-0.1 - shaping), and learned exactly that here (docs/log.md). A position no
 longer solvable counts as ``height * width`` moves away.
 
 Hand-made levels load with ``reset(options={"level": "..."})`` in the same
