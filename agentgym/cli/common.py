@@ -12,6 +12,7 @@ from rich.markup import escape
 
 import agentgym
 from agentgym.errors import AgentGymError
+from agentgym.registry import env_argument_error
 
 __all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
            "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs",
@@ -62,5 +63,5 @@ def make_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
         return agentgym.make(env_id, **kwargs)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
-    except TypeError as exc:  # an unknown constructor argument
-        raise fail(f"{env_id} does not take those arguments: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # an argument it does not take, a value it cannot use
+        raise fail(str(env_argument_error(env_id, kwargs, exc))) from exc
