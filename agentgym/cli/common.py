@@ -16,9 +16,12 @@ from agentgym.registry import env_argument_error
 
 __all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
            "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs",
-           "TurnBudgetOption"]
+           "SUMMARY_COLUMNS", "TurnBudgetOption"]
 
 console = Console(highlight=False)
+
+#: The columns of the summary tables of ``rollout`` and ``eval``, in one order for both.
+SUMMARY_COLUMNS = ("episodes", "success rate", "mean reward", "mean turns", "invalid actions", "failed")
 
 ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, [7, 7], true); repeatable."
 

@@ -38,6 +38,7 @@ from agentgym.cli.common import (
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    SUMMARY_COLUMNS,
     TurnBudgetOption,
     console,
     fail,
@@ -217,8 +218,8 @@ def result_table(result: EvalResult) -> Table:
     kwargs = ", ".join(f"{key}={value}" for key, value in result.env_kwargs.items())
     table = Table(title=f"{result.env_id}{f' ({kwargs})' if kwargs else ''}: {result.policy}, "
                         f"seeds {result.seed_offset}..{result.seed_offset + result.episodes - 1}")
-    for column in ("episodes", "success rate", "mean turns", "invalid actions", "mean reward", "failed"):
+    for column in SUMMARY_COLUMNS:
         table.add_column(column, justify="right")
-    table.add_row(str(result.episodes), f"{result.success_rate:.1%}", f"{result.mean_turns:.1f}",
-                  f"{result.invalid_action_rate:.1%}", f"{result.mean_reward:.2f}", str(result.failed))
+    table.add_row(str(result.episodes), f"{result.success_rate:.1%}", f"{result.mean_reward:.3f}",
+                  f"{result.mean_turns:.1f}", f"{result.invalid_action_rate:.1%}", str(result.failed))
     return table

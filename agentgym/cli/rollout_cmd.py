@@ -23,6 +23,7 @@ from agentgym.cli.common import (
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    SUMMARY_COLUMNS,
     TurnBudgetOption,
     console,
     fail,
@@ -320,12 +321,12 @@ def _summary(env_id: str, policy: str, rows: list[TrajectoryRow]) -> Table:
     count = max(len(episodes), 1)
     turns = sum(row.num_turns for row in episodes)
     table = Table(title=f"{env_id}, {policy}")
-    for column in ("episodes", "mean reward", "success rate", "mean turns", "invalid actions", "failed"):
+    for column in SUMMARY_COLUMNS:
         table.add_column(column, justify="right")
     table.add_row(
         str(len(episodes)),
-        f"{sum(row.reward for row in episodes) / count:.3f}",
         f"{sum(row.success for row in episodes) / count:.1%}",
+        f"{sum(row.reward for row in episodes) / count:.3f}",
         f"{turns / count:.1f}",
         f"{sum(row.invalid_actions for row in episodes) / max(turns, 1):.1%}",
         str(sum(row.error is not None for row in episodes)),

@@ -55,3 +55,38 @@ def test_an_env_s_own_value_error_becomes_a_config_error() -> None:
     assert str(error) == "Picky-LLM-v0 cannot use size=4: size 4 is not a size I like; it takes size=3."
     line = _one_error_line(runner.invoke(app, ["play", "Picky-LLM-v0", "-k", "size=4"], terminal_width=400))
     assert line == "error: Picky-LLM-v0 cannot use size=4: size 4 is not a size I like; it takes size=3."
+
+
+# -- one column order for the rollout and eval tables -------------------------------------------
+
+def test_rollout_and_eval_tables_share_one_column_order() -> None:
+    from agentgym.cli.eval_cmd import result_table, summarize
+    from agentgym.cli.rollout_cmd import _summary
+
+    order = ["episodes", "success rate", "mean reward", "mean turns", "invalid actions", "failed"]
+    result = summarize([], env_id="Sokoban-LLM-v0", env_kwargs={}, policy="random", seed_offset=0, temperature=0.0)
+    assert [column.header for column in _summary("Sokoban-LLM-v0", "random", []).columns] == order
+    assert [column.header for column in result_table(result).columns] == order
+
+
+# -- agentgym train's closing line ----------------------------------------------------------------
+
+def _closing_line(metrics: list[dict[str, float]], capsys: pytest.CaptureFixture[str], tmp_path) -> str:
+    from types import SimpleNamespace
+
+    from agentgym.cli.train_cmd import _print_result
+
+    config = SimpleNamespace(run=SimpleNamespace(out=str(tmp_path)), rollout=SimpleNamespace(env_id=None))
+    _print_result(config, SimpleNamespace(metrics=metrics, out=str(tmp_path), final_model=None))
+    return " ".join(capsys.readouterr().out.split()).split(" Metrics:")[0]
+
+
+def test_train_names_the_success_rate_first_and_explains_a_falling_reward(capsys, tmp_path) -> None:
+    line = _closing_line([{"success": 0.47, "reward": 0.503}, {"success": 0.91, "reward": 0.453}], capsys, tmp_path)
+    assert line == ("Success rate 47% -> 91% (first step -> last); mean reward 0.503 -> 0.453 (the env's own "
+                    "reward, which success need not raise: Bandit's is a random payout).")
+
+
+def test_train_s_closing_line_without_the_remark_when_reward_follows_success(capsys, tmp_path) -> None:
+    line = _closing_line([{"success": 0.2, "reward": 0.1}, {"success": 0.6, "reward": 0.5}], capsys, tmp_path)
+    assert line == "Success rate 20% -> 60% (first step -> last); mean reward 0.100 -> 0.500."
