@@ -70,6 +70,8 @@ class EnvInfo:
     needs: tuple[str, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     source: str = "agentgym"
+    #: the extra of pyproject.toml the env cannot run without (``scripts/setup.sh EXTRA``), if any
+    extra: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +98,13 @@ def register(
     tags: tuple[str, ...] | list[str] = (),
     needs: tuple[str, ...] | list[str] = (),
     kwargs: Mapping[str, Any] | None = None,
+    extra: str | None = None,
 ) -> EnvInfo:
     """Register an env under ``id`` (``Name-LLM-vN``) with its metadata.
+
+    ``needs`` names what the env needs from the machine (:data:`KNOWN_NEEDS`);
+    ``extra`` the optional dependencies it cannot run without (``"math"``:
+    ``scripts/setup.sh math``), both shown by ``agentgym list``.
 
     Registering the same id with the same entry point again is a no-op, so a
     module may be imported twice; a different entry point is an error.
@@ -123,6 +130,7 @@ def register(
         needs=tuple(needs),
         kwargs=dict(kwargs or {}),
         source=_source,
+        extra=extra,
     )
     existing = _ENVS.get(id)
     if existing is not None:
