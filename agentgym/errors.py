@@ -169,9 +169,17 @@ class BrowserError(AgentGymError):
 class MissingDependencyError(AgentGymError, ImportError):
     """An optional package that this feature needs is not installed.
 
-    The message names the package and the command that installs it, e.g.
-    ``pip install 'agentgym[math]'``.
+    The message names the package and the command that installs it, written by
+    :meth:`install_hint`: ``scripts/setup.sh math`` (an unrelated ``agentgym`` is
+    on PyPI, so never ``pip install 'agentgym[math]'``).
     """
+
+    @staticmethod
+    def install_hint(extra: str, packages: str | None = None) -> str:
+        """How to install the ``extra`` of pyproject.toml, e.g. ``install_hint("math", "math-verify")``
+        -> ``scripts/setup.sh math (from the agentgym repository root; or: pip install math-verify)``."""
+        alone = f"; or: pip install {packages}" if packages else ""
+        return f"scripts/setup.sh {extra} (from the agentgym repository root{alone})"
 
 
 class RolloutWorkerError(AgentGymError, RuntimeError):

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
 import importlib.metadata
+import inspect
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +38,8 @@ from agentgym.errors import ConfigError, DuplicateEnvError, PluginLoadWarning, U
 __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvInfo",
+    "env_arguments",
+    "env_argument_error",
     "KNOWN_NEEDS",
     "PluginFailure",
     "env_info",
@@ -66,6 +70,8 @@ class EnvInfo:
     needs: tuple[str, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     source: str = "agentgym"
+    #: the extra of pyproject.toml the env cannot run without (``scripts/setup.sh EXTRA``), if any
+    extra: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +98,13 @@ def register(
     tags: tuple[str, ...] | list[str] = (),
     needs: tuple[str, ...] | list[str] = (),
     kwargs: Mapping[str, Any] | None = None,
+    extra: str | None = None,
 ) -> EnvInfo:
     """Register an env under ``id`` (``Name-LLM-vN``) with its metadata.
+
+    ``needs`` names what the env needs from the machine (:data:`KNOWN_NEEDS`);
+    ``extra`` the optional dependencies it cannot run without (``"math"``:
+    ``scripts/setup.sh math``), both shown by ``agentgym list``.
 
     Registering the same id with the same entry point again is a no-op, so a
     module may be imported twice; a different entry point is an error.
@@ -119,6 +130,7 @@ def register(
         needs=tuple(needs),
         kwargs=dict(kwargs or {}),
         source=_source,
+        extra=extra,
     )
     existing = _ENVS.get(id)
     if existing is not None:
@@ -168,6 +180,43 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make`` for agentgym ids, with "did you mean" for a misspelt id."""
     env_info(env_id)
     return gym.make(env_id, **kwargs)
+
+
+def env_arguments(env_id: str) -> dict[str, Any] | None:
+    """The constructor arguments of ``env_id``'s class and their defaults, read from its
+    ``__init__`` signature (None when the class takes ``**kwargs`` or cannot be read)."""
+    module, _, name = env_info(env_id).entry_point.partition(":")
+    try:
+        target = getattr(importlib.import_module(module), name)
+        signature = inspect.signature(target)
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    arguments: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            return None
+        if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            arguments[parameter.name] = parameter.default
+    return arguments
+
+
+def env_argument_error(env_id: str, kwargs: Mapping[str, Any], exc: Exception) -> ConfigError:
+    """The :class:`ConfigError` for an env that refused its constructor arguments.
+
+    ``exc`` is what the constructor raised: a TypeError (an argument it does not
+    take: the message lists those it does) or a ValueError (a value it cannot use).
+    """
+    arguments = env_arguments(env_id)
+    accepted = "" if arguments is None else "; it takes " + ", ".join(
+        name if default is inspect.Parameter.empty else f"{name}={default!r}" for name, default in arguments.items())
+    unknown = [key for key in kwargs if arguments is not None and key not in arguments]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(arguments or {}), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return ConfigError(f"{env_id} has no argument {unknown[0]!r}{hint}{accepted}.")
+    given = ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+    reason = str(exc).split(" was raised from the environment creator")[0]  # Gymnasium's suffix
+    return ConfigError(f"{env_id} cannot use {given or 'its default arguments'}: {reason}{accepted}.")
 
 
 @contextlib.contextmanager

@@ -76,18 +76,18 @@ def _register_math() -> None:
     register(
         "Math-LLM-v0", "agentgym.envs.math.env:MathEnv", family="math",
         description="Solve a maths problem; the answer is checked by math-verify.",
-        tags=("math", "single-turn", "verifiable"),
+        tags=("math", "single-turn", "verifiable"), extra="math",
     )
     register(
         "MathTool-LLM-v0", "agentgym.envs.math.tool:make_math_tool_env", family="math",
         description="Solve a maths problem, with a python tool to compute on the way.",
-        tags=("math", "tools", "python", "verifiable"),
+        tags=("math", "tools", "python", "verifiable"), extra="math",
     )
     register(
         "ReasoningGym-LLM-v0", "agentgym.envs.reasoning.adapter:ReasoningGymEnv",
         family="reasoning",
         description="Any reasoning-gym task (task=...), scored by the task's own checker.",
-        tags=("reasoning", "single-turn", "verifiable", "procedural"),
+        tags=("reasoning", "single-turn", "verifiable", "procedural"), extra="reasoning",
     )
 
 
@@ -95,8 +95,7 @@ def _register_code() -> None:
     register(
         "Code-LLM-v0", "agentgym.envs.code.env:CodeEnv", family="code",
         description="Write Python that passes hidden tests; visible tests give feedback.",
-        tags=("code", "multi-turn", "verifiable", "sandbox"),
-        needs=("docker",),
+        tags=("code", "multi-turn", "verifiable", "sandbox"),  # Docker when it runs here, else the local sandbox
     )
 
 
@@ -104,7 +103,7 @@ def _register_retrieval() -> None:
     register(
         "SearchQA-LLM-v0", "agentgym.envs.retrieval.env:make_search_qa_env", family="retrieval",
         description="Answer a question by searching a knowledge base (BM25); 1 to 3 hops.",
-        tags=("retrieval", "tools", "search", "multi-hop", "verifiable"),
+        tags=("retrieval", "tools", "search", "multi-hop", "verifiable"), extra="retrieval",
     )
 
 
@@ -112,7 +111,7 @@ def _register_web() -> None:
     register(
         "WebShop-LLM-v0", "agentgym.envs.web.env:WebShopEnv", family="web",
         description="Buy what a shopper asks for in a web shop served on 127.0.0.1.",
-        tags=("web", "browser", "multi-turn", "shopping"),
+        tags=("web", "browser", "multi-turn", "shopping"), extra="web",
     )
 
 

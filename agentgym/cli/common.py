@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import gymnasium as gym
@@ -12,12 +13,16 @@ from rich.markup import escape
 
 import agentgym
 from agentgym.errors import AgentGymError
+from agentgym.registry import env_argument_error
 
-__all__ = ["ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
+__all__ = ["all_failed", "check_base_urls", "ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
            "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs",
-           "TurnBudgetOption"]
+           "SUMMARY_COLUMNS", "TurnBudgetOption"]
 
 console = Console(highlight=False)
+
+#: The columns of the summary tables of ``rollout`` and ``eval``, in one order for both.
+SUMMARY_COLUMNS = ("episodes", "success rate", "mean reward", "mean turns", "invalid actions", "failed")
 
 ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, [7, 7], true); repeatable."
 
@@ -33,10 +38,39 @@ EpisodeTimeoutOption = Annotated[float, typer.Option(
     help="Seconds an episode may take; past it, it stops with an error (raise it on a busy machine).")]
 
 
-def fail(message: str) -> typer.Exit:
-    """Print ``message`` as an error and return the exit to raise."""
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``message`` as an error and return the exit to raise (2: bad input; 1: the run failed)."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
-    return typer.Exit(code=2)
+    return typer.Exit(code=code)
+
+
+def check_base_urls(base_urls: Sequence[str] | None, model: str, api_key: str) -> None:
+    """Before playing: exit with one line unless a --base-url answers; warn of the ones
+    that do not (the others play) or that list other models than ``model``."""
+    if not base_urls:
+        return
+    from agentgym.rollout.probe import check_servers
+
+    try:
+        problems = check_servers(base_urls, model=model, api_key=api_key)
+    except AgentGymError as exc:
+        raise fail(str(exc), code=1) from exc
+    for problem in problems:
+        console.print(f"[yellow]warning: {escape(problem)}[/]")
+
+
+def all_failed(rows: list[Any]) -> typer.Exit | None:
+    """The exit of a run whose every episode stopped with an error (None if one did not)."""
+    from collections import Counter
+
+    from agentgym.rollout.rows import first_rows
+
+    episodes = first_rows(rows)
+    if not episodes or any(row.error is None for row in episodes):
+        return None
+    error, count = Counter(row.error for row in episodes).most_common(1)[0]
+    return fail(f"all {len(episodes)} episodes stopped with an error ({count} x {error}); "
+                "fix that and rerun the same command.", code=1)
 
 
 def parse_env_kwargs(pairs: list[str], option: str = "--env-kwarg") -> dict[str, Any]:
@@ -62,5 +96,5 @@ def make_env(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
         return agentgym.make(env_id, **kwargs)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
-    except TypeError as exc:  # an unknown constructor argument
-        raise fail(f"{env_id} does not take those arguments: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # an argument it does not take, a value it cannot use
+        raise fail(str(env_argument_error(env_id, kwargs, exc))) from exc

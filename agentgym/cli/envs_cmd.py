@@ -32,9 +32,13 @@ def list_command(
     table = Table(title="agentgym environments")
     for column in ("id", "family", "description", "needs"):
         table.add_column(column, overflow="fold")
-    for info in agentgym.list_envs(family=family, tag=tag):
-        table.add_row(*(escape(text) for text in (info.id, info.family, info.description, ", ".join(info.needs) or "-")))
+    envs = agentgym.list_envs(family=family, tag=tag)
+    for info in envs:
+        needs = [*info.needs, *([f"{info.extra} extra"] if info.extra else [])]
+        table.add_row(*(escape(text) for text in (info.id, info.family, info.description, ", ".join(needs) or "-")))
     console.print(table)
+    if any(info.extra for info in envs):
+        console.print("An env's extra installs with scripts/setup.sh EXTRA, from the agentgym repository root.")
     for failure in plugin_failures():
         console.print(f"[yellow]plugin {escape(failure.name)} ({escape(failure.value)}) failed: {escape(failure.error)}[/]")
 

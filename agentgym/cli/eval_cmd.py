@@ -38,7 +38,10 @@ from agentgym.cli.common import (
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    SUMMARY_COLUMNS,
     TurnBudgetOption,
+    all_failed,
+    check_base_urls,
     console,
     fail,
     parse_env_kwargs,
@@ -48,6 +51,7 @@ from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.rollout.seeds import write_seeds
+from agentgym.rollout.servers import parse_base_urls
 
 __all__ = ["EVAL_FILE", "EvalResult", "add_result", "eval_command", "result_table", "run_dir_of",
            "summarize"]
@@ -100,6 +104,8 @@ def eval_command(
     env_id: Annotated[str, typer.Option("--env", help="Env id, e.g. Sokoban-LLM-v0.")],
     model: Annotated[str, typer.Option(help="Model: 'tiny', a local folder (e.g. RUN/final) or a hub id.")] = "tiny",
     policy: Annotated[PolicyName, typer.Option(help="Who plays: the model, random moves, or the env's expert (solver).")] = PolicyName.model,
+    base_url: Annotated[list[str] | None, typer.Option(metavar="URL", help="OpenAI-compatible server(s) serving --model (ending in /v1, e.g. vLLM's); none: start the built-in one.")] = None,
+    api_key: Annotated[str, typer.Option(help="API key for --base-url.")] = "EMPTY",
     episodes: Annotated[int, typer.Option(help="Episodes (one per seed).")] = 200,
     seed_offset: Annotated[int, typer.Option(help="Seed of the first episode; keep it apart from training seeds.")] = 100_000,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
@@ -130,8 +136,13 @@ def eval_command(
             sampling_seed=seed_offset if sampling_seed is None else sampling_seed,
             episode_timeout=episode_timeout,
         )
+        urls = tuple(parse_base_urls(base_url)) if base_url else None
+        if policy is PolicyName.model:
+            check_base_urls(urls, model, api_key)  # a dead server fails now, not once per episode
+        # rollout's player: a model behind --base-url or the built-in server; a model-free policy keeps no ids
+        player = Player(policy, model, base_url=urls, api_key=api_key, temperature=temperature)
         started = time.monotonic()
-        rows = asyncio.run(_play(config, policy, model, temperature, episodes_out))
+        rows = asyncio.run(_play(config, player, episodes_out))
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
     who = model if policy is PolicyName.model else policy.value
@@ -149,6 +160,9 @@ def eval_command(
     if run_dir is not None:
         path = add_result(run_dir, result)
         console.print(f"Result added to {escape(str(path))} (agentgym report {escape(str(run_dir))} shows it).")
+    failed = all_failed(rows)
+    if failed is not None:
+        raise failed
 
 
 def _write_failed_seeds(path: Path, rows: list[TrajectoryRow], who: str) -> None:
@@ -165,12 +179,9 @@ def _errors(rows: list[TrajectoryRow]) -> str:
     return "; ".join(f"{count} x {error}" for error, count in counts.most_common(3))
 
 
-async def _play(config: RolloutConfig, policy: PolicyName, model: str, temperature: float,
-                episodes_out: Path | None) -> list[TrajectoryRow]:
+async def _play(config: RolloutConfig, player: Player, episodes_out: Path | None) -> list[TrajectoryRow]:
     from agentgym.rollout.storage import RolloutWriter  # pyarrow: only when asked, keeps the CLI quick to start
 
-    # rollout's player: the built-in server for a model; a model-free policy keeps no token ids
-    player = Player(policy, model, base_url=None, api_key="EMPTY", temperature=temperature)
     writer = RolloutWriter(episodes_out) if episodes_out is not None else None
     async with playing_with(player, config, record=False) as (playing, renderer):
         with episode_progress("eval", config.episodes) as report, writer or contextlib.nullcontext():
@@ -217,8 +228,8 @@ def result_table(result: EvalResult) -> Table:
     kwargs = ", ".join(f"{key}={value}" for key, value in result.env_kwargs.items())
     table = Table(title=f"{result.env_id}{f' ({kwargs})' if kwargs else ''}: {result.policy}, "
                         f"seeds {result.seed_offset}..{result.seed_offset + result.episodes - 1}")
-    for column in ("episodes", "success rate", "mean turns", "invalid actions", "mean reward", "failed"):
+    for column in SUMMARY_COLUMNS:
         table.add_column(column, justify="right")
-    table.add_row(str(result.episodes), f"{result.success_rate:.1%}", f"{result.mean_turns:.1f}",
-                  f"{result.invalid_action_rate:.1%}", f"{result.mean_reward:.2f}", str(result.failed))
+    table.add_row(str(result.episodes), f"{result.success_rate:.1%}", f"{result.mean_reward:.3f}",
+                  f"{result.mean_turns:.1f}", f"{result.invalid_action_rate:.1%}", str(result.failed))
     return table

@@ -23,7 +23,10 @@ from agentgym.cli.common import (
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    SUMMARY_COLUMNS,
     TurnBudgetOption,
+    all_failed,
+    check_base_urls,
     console,
     fail,
     parse_env_kwargs,
@@ -89,15 +92,39 @@ def rollout_command(
             sampling_seed=sampling_seed,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
+        if policy is PolicyName.model:
+            check_base_urls(urls, model, api_key)  # a dead server fails now, not once per episode
         player = Player(policy, model, urls, api_key, temperature, expert_noise)
         teacher = _teacher(dagger, config)  # before the server starts: an env without an expert fails fast
-        with _ray_session(ray, ray_actors) as ray_options:
-            rows = asyncio.run(_run(config, player, out, resume, show, ray_options, teacher))
+        rows: list[TrajectoryRow] = []
+        try:
+            with _ray_session(ray, ray_actors) as ray_options:
+                asyncio.run(_run(config, player, out, resume, show, ray_options, teacher, rows))
+        except KeyboardInterrupt:
+            raise _interrupted(config, out, resume, rows) from None
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
     console.print(_summary(env_id, model if policy is PolicyName.model else policy.value, rows))
     if out is not None:
         console.print(f"Rows written to {escape(str(out))} (load with datasets.load_dataset('parquet', ...)).")
+    failed = all_failed(rows)
+    if failed is not None:
+        raise failed
+
+
+def _interrupted(config: RolloutConfig, out: Path | None, resume: bool, rows: list[TrajectoryRow]) -> typer.Exit:
+    """Ctrl-C: say what was kept and how to go on; exit 130 (the shell's code for SIGINT)."""
+    if out is None:
+        message = (f"Interrupted: {len(first_rows(rows))}/{config.episodes} episodes played, none saved "
+                   "(--out FILE keeps them as they finish, and --resume then plays the rest).")
+    else:
+        from agentgym.rollout.storage import done_episodes
+
+        saved = len(done_episodes(out) & set(config.episode_keys()))
+        again = "rerun the same command" if resume else "rerun the same command with --resume"
+        message = f"{saved}/{config.episodes} episodes saved to {out}; {again} to play the rest."
+    console.print(f"[yellow]{escape(message)}[/]")
+    return typer.Exit(code=130)
 
 
 @dataclass(frozen=True)
@@ -115,7 +142,9 @@ class Player:
 
 
 async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: bool,
-               show: int, ray_options: Any = None, teacher: Any = None) -> list[TrajectoryRow]:
+               show: int, ray_options: Any = None, teacher: Any = None,
+               rows: list[TrajectoryRow] | None = None) -> list[TrajectoryRow]:
+    """Play the episodes; their rows go to ``rows`` as they finish (kept when interrupted)."""
     from agentgym.rollout.storage import RolloutWriter, done_episodes
 
     skip = done_episodes(out) if resume and out is not None else set()
@@ -124,7 +153,11 @@ async def _run(config: RolloutConfig, player: Player, out: Path | None, resume: 
            "--temperature": player.temperature if sampled else None, "--expert-noise": player.expert_noise,
            "--dagger": getattr(teacher, "model_share", None)}  # what decides the episodes: --resume checks it
     writer = RolloutWriter(out, resume=resume, run=run) if out is not None else None
-    rows: list[TrajectoryRow] = []
+    if resume and out is not None:
+        held = len(skip & set(config.episode_keys()))
+        console.print(f"{escape(str(out))} holds {held} of {config.episodes} episodes; "
+                      f"playing the other {config.episodes - held}.")
+    rows = [] if rows is None else rows
     async with playing_with(player, config, record=out is not None) as (policy, renderer):
         with episode_progress("rollout", config.episodes, len(skip)) as report:
             shown = 0
@@ -320,12 +353,12 @@ def _summary(env_id: str, policy: str, rows: list[TrajectoryRow]) -> Table:
     count = max(len(episodes), 1)
     turns = sum(row.num_turns for row in episodes)
     table = Table(title=f"{env_id}, {policy}")
-    for column in ("episodes", "mean reward", "success rate", "mean turns", "invalid actions", "failed"):
+    for column in SUMMARY_COLUMNS:
         table.add_column(column, justify="right")
     table.add_row(
         str(len(episodes)),
-        f"{sum(row.reward for row in episodes) / count:.3f}",
         f"{sum(row.success for row in episodes) / count:.1%}",
+        f"{sum(row.reward for row in episodes) / count:.3f}",
         f"{turns / count:.1f}",
         f"{sum(row.invalid_actions for row in episodes) / max(turns, 1):.1%}",
         str(sum(row.error is not None for row in episodes)),

@@ -134,8 +134,14 @@ def _print_result(config: Any, result: Any) -> None:
     metrics = list(getattr(result, "metrics", []) or [])
     if metrics and "success" in metrics[-1]:
         first, last = metrics[0], metrics[-1]
-        console.print(f"Success rate: {first['success']:.0%} at the first step, {last['success']:.0%} at the last; "
-                      f"mean reward {first.get('reward', 0.0):.3f} -> {last.get('reward', 0.0):.3f}.")
+        line = f"Success rate {first['success']:.0%} -> {last['success']:.0%} (first step -> last)"
+        reward, final_reward = first.get("reward"), last.get("reward")
+        if reward is not None and final_reward is not None:
+            line += f"; mean reward {reward:.3f} -> {final_reward:.3f}"
+            if final_reward < reward and last["success"] > first["success"]:
+                # Bandit's reward is its random payout: success can rise while it falls
+                line += " (the env's own reward, which success need not raise: Bandit's is a random payout)"
+        console.print(line + ".")
     out = getattr(result, "out", config.run.out)
     console.print(f"Metrics: {escape(str(Path(out) / 'metrics.jsonl'))}; "
                   f"report: agentgym report {escape(str(out))}")

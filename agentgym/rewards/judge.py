@@ -442,7 +442,7 @@ def _openai() -> Any:
     except ImportError as error:
         raise MissingDependencyError(
             "JudgeReward talks to the judge with the openai client, which is not installed: "
-            "pip install openai (or pip install 'agentgym[rollout]')."
+            f"{MissingDependencyError.install_hint('rollout', 'openai')}."
         ) from error
     return openai
 

@@ -54,7 +54,12 @@ class ChatRenderer:
 
         from agentgym.models import resolve_model
 
-        return cls(AutoTokenizer.from_pretrained(resolve_model(model)))
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+        except OSError as exc:  # not a folder, not on the hub, or the hub out of reach
+            raise ConfigError(f"found no tokenizer for model {model!r}: give 'tiny', a local model folder or a "
+                              f"hub id (with a network, or already in the cache). ({str(exc).splitlines()[0]})") from exc
+        return cls(tokenizer)
 
     def _render(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> list[int]:
         # Render, then encode as apply_chat_template(tokenize=True) does (no special

@@ -24,7 +24,7 @@ from typing import Any
 import agentgym
 from agentgym.core import check_number
 from agentgym.errors import AgentGymError, ConfigError
-from agentgym.registry import env_info
+from agentgym.registry import env_argument_error, env_info
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.policies import ExpertCorrection, PlayOnly, Policy
 from agentgym.rollout.policy import Generation, OpenAIPolicy
@@ -96,10 +96,13 @@ class RolloutConfig:
 
     def _check_env_kwargs(self) -> None:
         """Build the env once, so bad arguments fail now rather than in every episode."""
+        kwargs = self.make_env_kwargs()
         try:
-            agentgym.make(self.env_id, **self.make_env_kwargs()).close()
-        except TypeError as exc:
-            raise ConfigError(f"{self.env_id} does not take those arguments: {exc}") from exc
+            agentgym.make(self.env_id, **kwargs).close()
+        except AgentGymError:
+            raise  # the env's own ConfigError names the argument and the fix
+        except (TypeError, ValueError) as exc:  # an argument it does not take, a value it cannot use
+            raise env_argument_error(self.env_id, kwargs, exc) from exc
 
     def group_seed(self, group: int) -> int:
         """The seed ``group`` plays."""

@@ -47,7 +47,7 @@ from agentgym.rollout.rows import TrajectoryRow
 __all__ = ["PolicySpec", "RayOptions", "RolloutActors", "default_actor_count", "import_ray", "ray_session",
            "run_on_ray", "split_by_group"]
 
-_INSTALL = "scripts/setup.sh ray (or pip install 'agentgym[ray]')"
+_INSTALL = MissingDependencyError.install_hint("ray", "ray")
 
 
 @dataclass(frozen=True)

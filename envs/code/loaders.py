@@ -121,7 +121,7 @@ def _read_file(path: Path) -> list[Any]:
             import pyarrow.parquet as pq
         except ImportError:
             raise MissingDependencyError(
-                "Reading Parquet needs pyarrow: pip install 'agentgym[rollout]'."
+                f"Reading Parquet needs pyarrow: {MissingDependencyError.install_hint('rollout', 'pyarrow')}."
             ) from None
         return pq.read_table(path).to_pylist()
     text = path.read_text("utf-8")

@@ -290,7 +290,11 @@ class SokobanEnv(TextEnv):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, format_penalty=format_penalty, render_mode=render_mode)
-        height, width = (dim_room, dim_room) if isinstance(dim_room, int) else tuple(dim_room)
+        if isinstance(dim_room, int) and not isinstance(dim_room, bool):
+            dim_room = (dim_room, dim_room)
+        if not isinstance(dim_room, (list, tuple)) or len(dim_room) != 2:
+            raise ConfigError(f"dim_room must be a side (7) or [height, width] ([7, 8]), got {dim_room!r}.")
+        height, width = dim_room
         check_number("dim_room height", height, minimum=5, maximum=30)
         check_number("dim_room width", width, minimum=5, maximum=30)
         check_number("num_boxes", num_boxes, minimum=1)

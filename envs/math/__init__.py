@@ -1,6 +1,6 @@
 r"""Maths environments: ``Math-LLM-v0`` and, with a python tool, ``MathTool-LLM-v0``.
 
-Answers are checked by ``math-verify`` (``pip install 'agentgym[math]'``):
+Answers are checked by ``math-verify`` (``scripts/setup.sh math``):
 :mod:`~agentgym.envs.math.verify`. Problems come from a seeded generator of
 graded problems (:mod:`~agentgym.envs.math.problems`) or from a dataset
 (:func:`~agentgym.envs.math.loading.load_math_dataset`, GSM8K and MATH styles).

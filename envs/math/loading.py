@@ -152,8 +152,7 @@ def _load_split(path: str | os.PathLike[str], split: str, name: str | None,
         import datasets
     except ImportError as error:
         raise MissingDependencyError(
-            "load_math_dataset needs the datasets package: pip install datasets "
-            "(or pip install 'agentgym[rollout]')."
+            f"load_math_dataset needs the datasets package: {MissingDependencyError.install_hint('rollout', 'datasets')}."
         ) from error
     local = Path(path)
     if local.is_file() or (local.is_dir() and _data_files(local)):

@@ -48,7 +48,7 @@ __all__ = [
 DEFAULT_TIMEOUT = 2
 #: Longest answer parsed; longer text is unreadable (bounds the LaTeX parser's work).
 MAX_ANSWER_CHARS = 2_000
-INSTALL_HINT = "pip install 'agentgym[math]' (or: pip install math-verify)"
+INSTALL_HINT = MissingDependencyError.install_hint("math", "math-verify")
 # The child imports sympy and math-verify before it answers its first request.
 _WORKER_START_TIMEOUT = 120.0
 

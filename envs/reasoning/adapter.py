@@ -1,6 +1,6 @@
 """``ReasoningGym-LLM-v0``: any task of ``reasoning-gym`` as a single-turn env.
 
-reasoning-gym (``pip install 'agentgym[reasoning]'``) has 100+ procedural
+reasoning-gym (``scripts/setup.sh reasoning``) has 100+ procedural
 task generators (arithmetic, logic, graphs, puzzles, ciphers...). Each
 episode poses one generated question; the agent answers in
 ``<answer>...</answer>`` (or ``\\boxed{}``), and the reward is the task's own
@@ -32,7 +32,7 @@ from agentgym.parsing import extract_answer, extract_boxed
 
 __all__ = ["DEFAULT_DATASET_SIZE", "INSTALL_HINT", "ReasoningGymEnv", "reasoning_gym_tasks"]
 
-INSTALL_HINT = "pip install 'agentgym[reasoning]' (or: pip install reasoning-gym)"
+INSTALL_HINT = MissingDependencyError.install_hint("reasoning", "reasoning-gym")
 #: Default number of questions per dataset seed. Most tasks generate item ``i``
 #: on demand, but some prepare every item when built (acre takes ~0.2 s per
 #: thousand) and some cap the size (word_ladder: 20,000).

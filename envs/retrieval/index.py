@@ -60,7 +60,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'agentgym[retrieval]' (or: pip install bm25s PyStemmer)"
+INSTALL_HINT = MissingDependencyError.install_hint("retrieval", "bm25s PyStemmer")
 #: Corpora at least this big get their BM25 index saved to the default cache folder.
 DISK_CACHE_MIN_PASSAGES = 1_000
 #: Retrievers kept in memory; the oldest is dropped past this.

@@ -8,7 +8,7 @@
   products, goals and WebShop's reward.
 - :mod:`~agentgym.envs.web.chromium`: the optional headless-Chromium fetcher (JavaScript).
 
-Needs the ``web`` extra (``pip install 'agentgym[web]'``: selectolax); the Chromium
+Needs the ``web`` extra (``scripts/setup.sh web``: selectolax); the Chromium
 backend needs ``playwright`` and Debian's ``chromium`` as well.
 """
 

@@ -7,7 +7,7 @@ backend::
 
     browser = Browser(backend="chromium")        # or WebShopEnv(backend="chromium")
 
-Setup: ``pip install 'agentgym[browser]'`` and ``apt-get install chromium``
+Setup: ``scripts/setup.sh browser`` and ``apt-get install chromium``
 (or point ``executable`` / ``AGENTGYM_CHROMIUM`` at another Chromium build).
 Chromium starts with a new empty profile and the flags that keep it off the
 network (no background requests, updates or sync); every request a page makes,
@@ -172,7 +172,7 @@ class ChromiumFetcher:
         except ImportError as error:
             raise MissingDependencyError(
                 "The chromium backend needs the playwright package, which is not installed: "
-                "pip install 'agentgym[browser]' (and apt-get install chromium)."
+                f"{MissingDependencyError.install_hint('browser', 'playwright')}, and apt-get install chromium."
             ) from error
         from playwright.sync_api import Error as PlaywrightError
 

@@ -37,7 +37,7 @@ try:
 except ImportError as _error:  # pragma: no cover - depends on the install
     raise MissingDependencyError(
         "The web envs and the browser tool read HTML with selectolax, which is not installed: "
-        "pip install 'agentgym[web]'."
+        f"{MissingDependencyError.install_hint('web', 'selectolax')}."
     ) from _error
 
 __all__ = ["Button", "Field", "Form", "Link", "Page", "parse_page", "parse_text_page"]

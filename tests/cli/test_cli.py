@@ -93,7 +93,7 @@ def test_rollout_sampling_seed_repeats_the_tokens_and_another_seed_draws_others(
     [
         (["rollout", "--env", "Sokobn-LLM-v0"], "Did you mean 'Sokoban-LLM-v0'"),
         ([*RANDOM, "-k", "dim_room"], "KEY=VALUE"),
-        ([*RANDOM, "-k", "colour=red"], "does not take those arguments"),
+        ([*RANDOM, "-k", "colour=red"], "Sokoban-LLM-v0 has no argument 'colour'; it takes dim_room="),
         ([*RANDOM, "-k", "num_boxes=9"], "num_boxes=9 does not fit"),
         ([*RANDOM, "--episodes", "0"], "episodes must be at least 1"),
         ([*RANDOM, "--resume"], "--resume needs --out"),

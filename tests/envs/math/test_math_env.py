@@ -157,5 +157,5 @@ def test_without_math_verify_making_the_env_says_how_to_install_it(
     from agentgym.errors import MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "math_verify", None)  # import now fails
-    with pytest.raises(MissingDependencyError, match=r"pip install 'agentgym\[math\]'"):
+    with pytest.raises(MissingDependencyError, match=r"scripts/setup.sh math \(from the agentgym repository root; or: pip install math-verify\)"):
         gym.make("Math-LLM-v0")

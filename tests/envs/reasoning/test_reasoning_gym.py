@@ -15,7 +15,7 @@ def test_without_reasoning_gym_making_the_env_says_how_to_install_it(
     from agentgym.envs.reasoning.adapter import ReasoningGymEnv
 
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import now fails
-    with pytest.raises(MissingDependencyError, match=r"pip install 'agentgym\[reasoning\]'"):
+    with pytest.raises(MissingDependencyError, match=r"scripts/setup.sh reasoning \(from the agentgym repository root; or: pip install reasoning-gym\)"):
         ReasoningGymEnv()
     with pytest.raises(MissingDependencyError, match="needs the reasoning-gym package"):
         gym.make("ReasoningGym-LLM-v0")

@@ -17,7 +17,7 @@ from web_shopper import shop
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None,
-                       reason="playwright is not installed (pip install 'agentgym[browser]')"),
+                       reason="playwright is not installed (scripts/setup.sh browser)"),
     pytest.mark.skipif(find_chromium() is None,
                        reason="no Chromium binary (apt-get install chromium)"),
 ]
