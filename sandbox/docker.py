@@ -50,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from agentgym.core import check_number
-from agentgym.errors import ConfigError, SandboxError, SandboxUnavailable
+from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, SandboxUnavailable
 from agentgym.sandbox.base import ExecResult, Limits, Sandbox
 from agentgym.sandbox.container import (LABEL, LABEL_ID, LABEL_OWNER, ContainerBroken,
                                         ContainerSpec, SandboxContainer, owner_label,
@@ -73,7 +73,7 @@ def connect(docker_host: str | None = None, connections: int = 16) -> Any:
         import docker
     except ImportError as exc:
         raise SandboxUnavailable("The Docker sandbox needs the docker package: "
-                                 "pip install 'agentgym[docker]'.") from exc
+                                 f"{MissingDependencyError.install_hint('docker', 'docker')}.") from exc
     import requests
 
     url = docker_host or os.environ.get("DOCKER_HOST") or _DEFAULT_SOCKET

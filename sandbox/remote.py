@@ -125,8 +125,8 @@ class RemoteSandbox(Sandbox):
         try:
             import httpx2
         except ImportError as exc:
-            raise MissingDependencyError("The remote sandbox needs httpx2: pip install "
-                                         "'agentgym[sandbox-service]'.") from exc
+            raise MissingDependencyError("The remote sandbox needs httpx2: "
+                                         f"{MissingDependencyError.install_hint('sandbox-service')}.") from exc
         for field, value in (("cooldown", cooldown), ("connect_timeout", connect_timeout),
                              ("wait_timeout", wait_timeout)):
             check_number(f"RemoteSandbox {field}", value, minimum=0.001, integer=False)

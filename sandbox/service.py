@@ -189,8 +189,8 @@ def _require_packages() -> None:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        raise MissingDependencyError("The sandbox service needs FastAPI and uvicorn: pip install "
-                                     "'agentgym[sandbox-service]'.") from exc
+        raise MissingDependencyError("The sandbox service needs FastAPI and uvicorn: "
+                                     f"{MissingDependencyError.install_hint('sandbox-service')}.") from exc
 
 
 def _error(status: int, message: str, *, param: str | None = None, kind: str = "") -> Any:

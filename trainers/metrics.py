@@ -115,14 +115,16 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
             raise MissingDependencyError(
-                "--tensorboard needs the tensorboard package: pip install 'agentgym[tensorboard]'.") from exc
+                f"--tensorboard needs the tensorboard package: "
+                f"{MissingDependencyError.install_hint('tensorboard', 'tensorboard')}.") from exc
         return SummaryWriter(log_dir=str(self.out / "tensorboard"))
 
     def _open_wandb(self) -> Any:
         try:
             import wandb
         except ImportError as exc:
-            raise MissingDependencyError("--wandb needs the wandb package: pip install 'agentgym[wandb]'.") from exc
+            raise MissingDependencyError(
+                f"--wandb needs the wandb package: {MissingDependencyError.install_hint('wandb', 'wandb')}.") from exc
         # One run id per folder, so a resumed run continues the same W&B run.
         id_file = self.out / "wandb_id"
         run_id = id_file.read_text().strip() if id_file.exists() else wandb.util.generate_id()

@@ -28,7 +28,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym.errors import ConfigError, PluginLoadWarning, RegistryError, UnknownTrainerError
+from agentgym.errors import (
+    ConfigError,
+    MissingDependencyError,
+    PluginLoadWarning,
+    RegistryError,
+    UnknownTrainerError,
+)
 from agentgym.registry import load_entry_points
 
 __all__ = [
@@ -135,7 +141,7 @@ def get_learner_factory(name: str, backend: str | None = None) -> TrainerFn:
         function = getattr(importlib.import_module(module_name), attribute)
     except ImportError as exc:
         raise ConfigError(f"Trainer {name!r} ({entry}) could not be imported: {exc}. Is its package "
-                          "installed (for the built-in ones: pip install 'agentgym[train]')?") from exc
+                          f"installed (for the built-in ones: {MissingDependencyError.install_hint('train')})?") from exc
     except AttributeError as exc:
         raise ConfigError(f"Trainer {name!r}: {module_name} has no {attribute!r} ({entry}).") from exc
     if not callable(function):

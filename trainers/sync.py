@@ -388,7 +388,7 @@ class VLLMNCCLSync(_Sync):
         except ImportError as exc:
             raise MissingDependencyError(
                 f"NCCL weight transfer needs vLLM (0.32 or newer) importable in the trainer's "
-                f"interpreter: pip install 'agentgym[vllm]' ({exc}).") from exc
+                f"interpreter: {MissingDependencyError.install_hint('vllm')} ({exc}).") from exc
         info = NCCLTrainerInitInfo(master_address=self.master_address, master_port=self.master_port,
                                    world_size=self.world_size, rank=self.rank)
         client = HTTPVLLMWeightSyncClient(self.url, timeout=self.timeout)

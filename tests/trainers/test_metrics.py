@@ -74,7 +74,7 @@ def test_tensorboard_events_are_written(tmp_path: Path) -> None:
 
 def test_missing_wandb_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
-    with pytest.raises(MissingDependencyError, match=r"pip install 'agentgym\[wandb\]'"):
+    with pytest.raises(MissingDependencyError, match=r"scripts/setup.sh wandb"):
         MetricsLogger(tmp_path, _config(wandb=True))
 
 
