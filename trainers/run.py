@@ -200,9 +200,11 @@ def _resume(learner: Learner, out: Path, config: TrainConfig) -> tuple[LoopState
 def _check_out(out: Path, config: TrainConfig) -> None:
     if config.run.resume:
         return
-    if latest_checkpoint(out) is not None or (out / "final").exists():
-        raise ConfigError(f"{str(out)!r} already holds a training run. Continue it with --resume, "
-                          "or choose another --out.")
+    finished = (out / "final").exists()
+    if latest_checkpoint(out) is not None or finished:
+        done = f" (finished: its model is {out / 'final'})" if finished else ""
+        raise ConfigError(f"{str(out)!r} already holds a training run{done}. Continue it with --resume, "
+                          f"or train again into another folder, e.g. --out {out}-2.")
 
 
 def _out_of_time(budget: TimeBudget, dist: Dist) -> bool:

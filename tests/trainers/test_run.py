@@ -76,7 +76,9 @@ def test_max_seconds_ends_the_run_with_a_final_model_and_resume_goes_on(bandit_r
 
 def test_an_existing_run_needs_resume(bandit_rows: Path, tmp_path: Path) -> None:
     train(_offline(bandit_rows, tmp_path / "run", steps=2), device="cpu")
-    with pytest.raises(ConfigError, match=r"already holds a training run\. Continue it with --resume"):
+    with pytest.raises(ConfigError, match=r"already holds a training run \(finished: its model is .*final\)\. "
+                                          r"Continue it with --resume, or train again into another folder, "
+                                          r"e\.g\. --out .*run-2\."):
         train(_offline(bandit_rows, tmp_path / "run", steps=2), device="cpu")
 
 
