@@ -104,7 +104,7 @@ class MetricsLogger:
         if config.run.wandb:
             self._wandb = self._open_wandb()
         if console is not None:
-            self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
                                       TimeRemainingColumn(), console=console, transient=False)
             self._task = self._progress.add_task("train", total=config.run.steps, completed=start_step, stats="")
@@ -150,6 +150,12 @@ class MetricsLogger:
             stats = "  ".join(fmt.format(metrics[n]) for n, fmt in _SHOWN[:3] if n in metrics)
             self._progress.update(self._task, completed=step + 1, stats=stats)
             self._progress.console.print(step_line(step, self.config.run.steps, metrics))
+
+    def stage(self, label: str) -> None:
+        """What the run is doing before its steps (starting the server, the warm-up): the bar's label,
+        "train" again once the steps begin."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=label)
 
     def note(self, message: str) -> None:
         """A line of text for the reader (above the bar)."""

@@ -100,12 +100,15 @@ def train(config: TrainConfig, *, console: Console | None = None, stop_after: in
         config.save_yaml(out / "config.yaml")
     result = TrainResult(out=out)
     engine = learner.engine
-    with (MetricsLogger(out, config, start_step=state.step, enabled=dist.is_main, console=console) as log,
-          Serving(config, engine.tokenizer, engine.model_path, main=dist.is_main) as serving):
+    log = MetricsLogger(out, config, start_step=state.step, enabled=dist.is_main, console=console)
+    if config.rollout.trajectories is None and config.server.base_url is None:
+        log.stage("starting the server")
+    with log, Serving(config, engine.tokenizer, engine.model_path, main=dist.is_main) as serving:
         if resumed_from is not None:
             log.note(f"Resumed from {resumed_from} (step {state.step}).")
         _warm_up(config, learner, serving, state, log)
         serving.push(learner)  # the server starts from the learner's weights (warm-up, checkpoint)
+        log.stage("train")
         next_rows = _row_source(config, learner, data, serving, log)
         settled = engine.optimizer_steps  # the learner as it was after the last whole step
         try:
@@ -227,6 +230,7 @@ def _warm_up(config: TrainConfig, learner: Learner, serving: Serving, state: Loo
         log.note(f"Format warm-up: {warmup.format_warmup_steps} steps on {len(rows)} episodes of the env's "
                      "random well-formed policy...")
         for step in range(warmup.format_warmup_steps):
+            log.stage(f"format warm-up {step + 1}/{warmup.format_warmup_steps}")
             start = step * size % len(rows)
             batch = (rows + rows)[start:start + size]  # round and round the episodes
             losses.append(sft_update(learner.engine, batch, lr=lr)["loss"])
