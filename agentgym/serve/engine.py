@@ -30,6 +30,7 @@ import torch
 
 from agentgym.errors import ConfigError, InvalidRequestError, ServeError, UnsupportedError
 from agentgym.serve.batch import EngineFailure, Sequence, SequenceUpdate, Sink
+from agentgym.serve.memory import release_free_memory
 from agentgym.serve.sampling import SamplingParams
 from agentgym.serve.scheduler import Limits, Scheduler
 from agentgym.serve.text import TextTracker
@@ -215,9 +216,16 @@ class Engine:
         return {**self._scheduler.snapshot(), "policy_version": self.policy_version}
 
     async def reset_prefix_cache(self) -> None:
-        """Forget the stored KV (requests running go on; they hold their own)."""
+        """Forget the stored KV (requests running go on; they hold their own) and hand the
+        memory it held back to the operating system."""
         self.start()  # the engine thread runs the clearing
-        await asyncio.wrap_future(self._scheduler.call(self._scheduler.prefix.clear, drain=False))
+        await asyncio.wrap_future(self._scheduler.call(self._clear_prefix_cache, drain=False))
+
+    def _clear_prefix_cache(self) -> None:
+        self._scheduler.prefix.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        release_free_memory()
 
     # --------------------------------------------------------------- text ---
 
@@ -353,7 +361,7 @@ class Engine:
         def apply() -> WeightUpdate:
             started = time.perf_counter()
             count = load_weights(self.model, tensors)
-            self._scheduler.prefix.clear()  # KV computed with the old weights
+            self._clear_prefix_cache()  # KV computed with the old weights
             for name, path in self._lora_paths.items():  # adapters sit on the new base now
                 self._models[name] = merged_lora_model(self.model, path)
             new = self.policy_version + 1 if version is None else version
@@ -391,7 +399,7 @@ class Engine:
         def apply() -> None:
             self._lora_paths.pop(name, None)
             self._models.pop(name, None)
-            self._scheduler.prefix.clear()
+            self._clear_prefix_cache()  # and hand the merged copy's memory back
 
         await asyncio.wrap_future(self._scheduler.call(apply))
 
