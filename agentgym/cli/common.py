@@ -15,10 +15,10 @@ import agentgym
 from agentgym.errors import AgentGymError
 from agentgym.registry import env_argument_error
 
-__all__ = ["all_failed", "check_base_urls", "ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
-           "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs",
-           "PlayEnvKwargOption", "PLAY_PANEL", "MODEL_PANEL", "OUTPUT_PANEL", "ADVANCED_PANEL",
-           "SUMMARY_COLUMNS", "TurnBudgetOption"]
+__all__ = ["ADVANCED_PANEL", "ConcurrencyOption", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption",
+           "MODEL_PANEL", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "OUTPUT_PANEL", "PLAY_PANEL",
+           "PlayEnvKwargOption", "SUMMARY_COLUMNS", "TurnBudgetOption", "all_failed", "check_base_urls", "console",
+           "fail", "make_env", "parse_env_kwargs"]
 
 console = Console(highlight=False)
 
