@@ -7,6 +7,7 @@ Each command lives in its own module; this one only assembles the app.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -30,6 +31,24 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        import agentgym
+
+        print(f"agentgym {agentgym.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """A gym for LLM agents: text environments, rollouts and trainers."""
+
+
 app.command("list")(envs_cmd.list_command)
 app.command("play")(envs_cmd.play_command)
 app.command("rollout")(rollout_cmd.rollout_command)

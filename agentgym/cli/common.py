@@ -15,9 +15,10 @@ import agentgym
 from agentgym.errors import AgentGymError
 from agentgym.registry import env_argument_error
 
-__all__ = ["all_failed", "check_base_urls", "ConcurrencyOption", "console", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption", "fail",
-           "make_env", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "parse_env_kwargs",
-           "SUMMARY_COLUMNS", "TurnBudgetOption"]
+__all__ = ["ADVANCED_PANEL", "ConcurrencyOption", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption",
+           "MODEL_PANEL", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "OUTPUT_PANEL", "PLAY_PANEL",
+           "PlayEnvKwargOption", "SUMMARY_COLUMNS", "TurnBudgetOption", "all_failed", "check_base_urls", "console",
+           "fail", "make_env", "parse_env_kwargs"]
 
 console = Console(highlight=False)
 
@@ -26,16 +27,23 @@ SUMMARY_COLUMNS = ("episodes", "success rate", "mean reward", "mean turns", "inv
 
 ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, [7, 7], true); repeatable."
 
+# The groups of rollout's and eval's --help (typer's rich_help_panel), so 80 columns stay readable.
+PLAY_PANEL, MODEL_PANEL, OUTPUT_PANEL, ADVANCED_PANEL = "What to play", "The model", "Output", "Advanced"
+
 # Options the playing commands (rollout, eval, envs, train) share; each command sets its own default.
 EnvKwargOption = Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)]
-MaxTurnsOption = Annotated[int | None, typer.Option(help="Turn limit (default: the env's); the env's prompt names it.")]
+#: -k in rollout's and eval's groups (one line of help)
+PlayEnvKwargOption = Annotated[list[str], typer.Option(
+    "--env-kwarg", "-k", metavar="KEY=VALUE", help="Env argument (YAML value); repeatable.", rich_help_panel=PLAY_PANEL)]
+MaxTurnsOption = Annotated[int | None, typer.Option(
+    metavar="N", help="Turn limit (the prompt names it).", rich_help_panel=PLAY_PANEL)]
 TurnBudgetOption = Annotated[int | None, typer.Option(
-    help="Stop each episode after this many turns without telling the env: short episodes, the prompt of the env's own limit.")]
-MaxTokensOption = Annotated[int, typer.Option(help="Tokens one turn may sample.")]
-MaxContextOption = Annotated[int, typer.Option(help="Tokens an episode may hold.")]
-ConcurrencyOption = Annotated[int, typer.Option(help="Episodes playing at once.")]
+    metavar="N", help="Stop after N turns, unannounced.", rich_help_panel=PLAY_PANEL)]
+MaxTokensOption = Annotated[int, typer.Option(metavar="N", help="Tokens one turn may sample.", rich_help_panel=MODEL_PANEL)]
+MaxContextOption = Annotated[int, typer.Option(metavar="N", help="Tokens an episode may hold.", rich_help_panel=MODEL_PANEL)]
+ConcurrencyOption = Annotated[int, typer.Option(metavar="N", help="Episodes playing at once.", rich_help_panel=ADVANCED_PANEL)]
 EpisodeTimeoutOption = Annotated[float, typer.Option(
-    help="Seconds an episode may take; past it, it stops with an error (raise it on a busy machine).")]
+    metavar="S", help="Seconds before an episode fails.", rich_help_panel=ADVANCED_PANEL)]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -32,12 +32,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentgym.cli.common import (
+    MODEL_PANEL,
+    OUTPUT_PANEL,
+    PLAY_PANEL,
     ConcurrencyOption,
-    EnvKwargOption,
     EpisodeTimeoutOption,
     MaxContextOption,
     MaxTokensOption,
     MaxTurnsOption,
+    PlayEnvKwargOption,
     SUMMARY_COLUMNS,
     TurnBudgetOption,
     all_failed,
@@ -101,28 +104,27 @@ def summarize(rows: list[TrajectoryRow], **setting: Any) -> EvalResult:
 
 
 def eval_command(
-    env_id: Annotated[str, typer.Option("--env", help="Env id, e.g. Sokoban-LLM-v0.")],
-    model: Annotated[str, typer.Option(help="Model: 'tiny', a local folder (e.g. RUN/final) or a hub id.")] = "tiny",
-    policy: Annotated[PolicyName, typer.Option(help="Who plays: the model, random moves, or the env's expert (solver).")] = PolicyName.model,
-    base_url: Annotated[list[str] | None, typer.Option(metavar="URL", help="OpenAI-compatible server(s) serving --model (ending in /v1, e.g. vLLM's); none: start the built-in one.")] = None,
-    api_key: Annotated[str, typer.Option(help="API key for --base-url.")] = "EMPTY",
-    episodes: Annotated[int, typer.Option(help="Episodes (one per seed).")] = 200,
-    seed_offset: Annotated[int, typer.Option(help="Seed of the first episode; keep it apart from training seeds.")] = 100_000,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 0.0,
-    sampling_seed: Annotated[int | None, typer.Option(min=0, help="Seed of the server's sampler (with a temperature): every turn draws from this one and the episode's level and turn, so a rerun repeats the eval and two models play with the same noise; another value gives another draw on the same levels (default: --seed-offset).")] = None,
+    env_id: Annotated[str, typer.Option("--env", metavar="ENV", help="Env id, e.g. Sokoban-LLM-v0.", rich_help_panel=PLAY_PANEL)],
+    policy: Annotated[PolicyName, typer.Option(metavar="WHO", help="model, random or solver (expert).", rich_help_panel=PLAY_PANEL)] = PolicyName.model,
+    episodes: Annotated[int, typer.Option(metavar="N", help="Episodes (one per seed).", rich_help_panel=PLAY_PANEL)] = 200,
+    seed_offset: Annotated[int, typer.Option(metavar="N", help="First seed; keep apart from training's.", rich_help_panel=PLAY_PANEL)] = 100_000,
     max_turns: MaxTurnsOption = None,
     turn_budget: TurnBudgetOption = None,
+    env_kwarg: PlayEnvKwargOption = [],  # noqa: B006
+    model: Annotated[str, typer.Option(metavar="MODEL", help="'tiny', a folder (RUN/final) or a hub id.", rich_help_panel=MODEL_PANEL)] = "tiny",
+    base_url: Annotated[list[str] | None, typer.Option(metavar="URL", help="OpenAI-compatible server(s), e.g. http://host:8000/v1.", rich_help_panel=MODEL_PANEL)] = None,
+    api_key: Annotated[str, typer.Option(metavar="KEY", help="API key for --base-url.", rich_help_panel=MODEL_PANEL)] = "EMPTY",
+    temperature: Annotated[float, typer.Option(metavar="T", help="Sampling temperature (0: greedy).", rich_help_panel=MODEL_PANEL)] = 0.0,
     max_tokens: MaxTokensOption = 32,
     max_context: MaxContextOption = 4096,
+    sampling_seed: Annotated[int | None, typer.Option(min=0, metavar="N", help="Seed the sampler (default: --seed-offset).", rich_help_panel=MODEL_PANEL)] = None,
+    out: Annotated[Path | None, typer.Option(metavar="RUN_DIR", help="Add the result to RUN_DIR/eval.json.", rich_help_panel=OUTPUT_PANEL)] = None,
+    episodes_out: Annotated[Path | None, typer.Option(
+        "--episodes-out", metavar="FILE", help="Also write the episodes to Parquet.", rich_help_panel=OUTPUT_PANEL)] = None,
+    failed_seeds_out: Annotated[Path | None, typer.Option(
+        "--failed-seeds-out", metavar="FILE", help="Write the failed levels' seeds (train -s level_seeds=FILE).", rich_help_panel=OUTPUT_PANEL)] = None,
     concurrency: ConcurrencyOption = 32,
     episode_timeout: EpisodeTimeoutOption = RolloutConfig.episode_timeout,
-    out: Annotated[Path | None, typer.Option(help="Run folder to add the result to (its eval.json).")] = None,
-    episodes_out: Annotated[Path | None, typer.Option(
-        "--episodes-out", help="Also write every episode to this Parquet file (agentgym view shows them).")] = None,
-    failed_seeds_out: Annotated[Path | None, typer.Option(
-        "--failed-seeds-out", help="Also write the seeds of the failed levels to this file, one per line "
-                                   "(for agentgym train -s level_seeds=FILE).")] = None,
-    env_kwarg: EnvKwargOption = [],  # noqa: B006
 ) -> None:
     """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
     for path, flag in ((episodes_out, "--episodes-out"), (failed_seeds_out, "--failed-seeds-out")):

@@ -57,8 +57,9 @@ class ChatRenderer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
         except OSError as exc:  # not a folder, not on the hub, or the hub out of reach
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ConfigError(f"found no tokenizer for model {model!r}: give 'tiny', a local model folder or a "
-                              f"hub id (with a network, or already in the cache). ({str(exc).splitlines()[0]})") from exc
+                              f"hub id (with a network, or already in the cache). ({first_line})") from exc
         return cls(tokenizer)
 
     def _render(self, messages: list[dict[str, str]], *, generation_prompt: bool) -> list[int]:

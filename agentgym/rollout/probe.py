@@ -24,7 +24,8 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopba
 _PROXIED = urllib.request.build_opener()
 
 
-def probe_server(base_url: str, *, api_key: str = "EMPTY", timeout: float = 5.0) -> tuple[str | None, list[str]]:
+def probe_server(base_url: str, *, api_key: str = "EMPTY",
+                 timeout: float = 5.0) -> tuple[str | None, list[str]]:
     """``(problem, models)``: what is wrong with the server at ``base_url`` (None: it answers)
     and the model names its ``/models`` lists (empty when it lists none)."""
     url = base_url.rstrip("/") + "/models"

@@ -152,7 +152,8 @@ def _load_split(path: str | os.PathLike[str], split: str, name: str | None,
         import datasets
     except ImportError as error:
         raise MissingDependencyError(
-            f"load_math_dataset needs the datasets package: {MissingDependencyError.install_hint('rollout', 'datasets')}."
+            "load_math_dataset needs the datasets package: "
+            f"{MissingDependencyError.install_hint('rollout', 'datasets')}."
         ) from error
     local = Path(path)
     if local.is_file() or (local.is_dir() and _data_files(local)):

@@ -151,10 +151,12 @@ def test_demos_sft_then_eval_writes_eval_json_and_the_report_shows_it(tmp_path: 
     result = runner.invoke(app, ["eval", "--env", "Sokoban-LLM-v0", "--model", str(run / "final"), "--episodes", "2",
                                  "--max-turns", "2", "--max-tokens", "8", "--episode-timeout", "0.001"],
                            terminal_width=200)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every episode failed: not a measurement of the policy
     output = _flat(result.output)
     assert "2 episode(s) stopped with an error" in output and "2 x the episode took longer than 0.001 s" in output
     assert "--episode-timeout" in output
+    assert ("error: all 2 episodes stopped with an error (2 x the episode took longer than 0.001 s); fix that and "
+            "rerun the same command.") in output
 
 
 def test_eval_json_keeps_one_entry_per_setting(tmp_path: Path) -> None:

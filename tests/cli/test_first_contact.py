@@ -221,3 +221,22 @@ def test_list_names_the_extra_each_env_needs() -> None:
     assert needs["SearchQA-LLM-v0"] == "retrieval extra" and needs["WebShop-LLM-v0"] == "web extra"
     assert needs["Code-LLM-v0"] == "-" and needs["Sokoban-LLM-v0"] == "-"  # Code falls back to the local sandbox
     assert "An env's extra installs with scripts/setup.sh EXTRA" in result.output
+
+
+# -- --help at 80 columns, --version -------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["rollout", "eval"])
+def test_help_fits_80_columns_in_groups(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"}, terminal_width=80)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in result.output  # no option name cut short
+    for panel in ("What to play", "The model", "Output", "Advanced"):
+        assert f"╭─ {panel} " in result.output
+    assert len(lines) < 70, len(lines)
+    assert "--episode-timeout" in result.output and "--base-url" in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output == f"agentgym {agentgym.__version__}\n"
