@@ -62,11 +62,15 @@ def test_rollout_writes_parquet_resumes_and_view_reads_it(tmp_path: Path) -> Non
     assert "1 of 1 rows shown" in view.output
 
 
+#: the key of the tiny_url server, passed as --api-key (every server agentgym starts wants one)
+TINY_KEY = "cli-test-key"
+
+
 @pytest.fixture(scope="module")
 def tiny_url(tiny_model: str) -> Iterator[str]:
     from agentgym.serve.launch import BuiltinServer
 
-    with BuiltinServer(tiny_model, served_model_name="tiny", max_model_len=512) as server:
+    with BuiltinServer(tiny_model, served_model_name="tiny", max_model_len=512, api_key=TINY_KEY) as server:
         yield server.base_url
 
 
@@ -74,8 +78,8 @@ def test_rollout_sampling_seed_repeats_the_tokens_and_another_seed_draws_others(
                                                                                  tmp_path: Path) -> None:
     def sampled(name: str, *seed: str) -> dict[tuple[int, int], list[int]]:
         out = tmp_path / f"{name}.parquet"
-        result = runner.invoke(app, ["rollout", "--env", "Sokoban-LLM-v0", "--base-url", tiny_url, "--model", "tiny",
-                                     "--episodes", "4", "--group-size", "2", "--max-turns", "2", "--max-tokens", "8",
+        result = runner.invoke(app, ["rollout", "--env", "Sokoban-LLM-v0", "--base-url", tiny_url,
+                                     "--api-key", TINY_KEY, "--model", "tiny", "--episodes", "4", "--group-size", "2", "--max-turns", "2", "--max-tokens", "8",
                                      "--out", str(out), *seed], terminal_width=200)
         assert result.exit_code == 0, result.output
         return {row.key: row.completion_ids for row in read_rows(out)}

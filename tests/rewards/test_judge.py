@@ -93,17 +93,22 @@ def builtin(tiny_model: str) -> Iterator[tuple[str, str, str]]:
     """(base_url, model name, root url) of the built-in server playing the tiny model."""
     from agentgym.serve.launch import BuiltinServer
 
-    with BuiltinServer(tiny_model) as server:
+    with BuiltinServer(tiny_model, api_key=_KEY) as server:
         yield server.base_url, server.model_name, server.url
 
 
+#: the judge server's key: every server agentgym starts wants one
+_KEY = "judge-test-key"
+
+
 def _served(root: str) -> int:
-    with urllib.request.urlopen(f"{root}/stats", timeout=30) as reply:
+    request = urllib.request.Request(f"{root}/stats", headers={"Authorization": f"Bearer {_KEY}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
         return int(json.load(reply)["requests"])
 
 
 def _judge(base_url: str, model: str, **kwargs: object) -> JudgeReward:
-    options: dict = {"max_tokens": 12, "timeout": 120, "backoff": 0.01, **kwargs}
+    options: dict = {"max_tokens": 12, "timeout": 120, "backoff": 0.01, "api_key": _KEY, **kwargs}
     return JudgeReward(base_url, model, **options)
 
 

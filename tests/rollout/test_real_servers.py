@@ -16,33 +16,33 @@ from alignment import assert_aligned
 
 
 @pytest.fixture(scope="module", params=["builtin", pytest.param("vllm", marks=pytest.mark.vllm)])
-def server(request: pytest.FixtureRequest, tiny_model: str) -> Iterator[tuple[str, str]]:
-    """(base_url, model name) of a real server playing the tiny model."""
+def server(request: pytest.FixtureRequest, tiny_model: str) -> Iterator[tuple[str, str, str]]:
+    """(base_url, model name, API key) of a real server playing the tiny model."""
     if request.param == "builtin":
         from agentgym.serve.launch import BuiltinServer
 
         with BuiltinServer(tiny_model) as builtin:
-            yield builtin.base_url, builtin.model_name
+            yield builtin.base_url, builtin.model_name, builtin.api_key
         return
     from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
 
     if vllm_python() is None:
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
     with VLLMServer(tiny_model, max_model_len=2048) as vllm:
-        yield vllm.base_url, vllm.model_name
+        yield vllm.base_url, vllm.model_name, "EMPTY"
 
 
-def rollout(server: tuple[str, str], renderer: ChatRenderer, config: RolloutConfig) -> list[TrajectoryRow]:
-    base_url, model = server
+def rollout(server: tuple[str, str, str], renderer: ChatRenderer, config: RolloutConfig) -> list[TrajectoryRow]:
+    base_url, model, api_key = server
 
     async def main() -> list[TrajectoryRow]:
         sampling = SamplingConfig(temperature=1.0, max_tokens=config.max_tokens_per_turn)
-        async with OpenAIPolicy(base_url, model, sampling=sampling, timeout=120) as policy:
+        async with OpenAIPolicy(base_url, model, api_key=api_key, sampling=sampling, timeout=120) as policy:
             return await EnvManager(config, policy, renderer=renderer).run()
     return asyncio.run(main())
 
 
-def test_a_rollout_records_aligned_tokens_and_real_logprobs(server: tuple[str, str], renderer: ChatRenderer) -> None:
+def test_a_rollout_records_aligned_tokens_and_real_logprobs(server: tuple[str, str, str], renderer: ChatRenderer) -> None:
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=4, group_size=2, max_turns=3,
                            max_tokens_per_turn=12, max_context_tokens=2048, concurrency=4)
     rows = rollout(server, renderer, config)
@@ -56,7 +56,7 @@ def test_a_rollout_records_aligned_tokens_and_real_logprobs(server: tuple[str, s
         assert any(lp < 0 for lp in sampled)  # sampled at temperature 1 from a random model
 
 
-def test_each_turns_span_is_exactly_the_tokens_the_server_sampled(server: tuple[str, str],
+def test_each_turns_span_is_exactly_the_tokens_the_server_sampled(server: tuple[str, str, str],
                                                                   renderer: ChatRenderer) -> None:
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=3, max_turns=4, max_tokens_per_turn=12,
                            max_context_tokens=2048, concurrency=3, seed=4)
@@ -76,7 +76,7 @@ def test_each_turns_span_is_exactly_the_tokens_the_server_sampled(server: tuple[
             assert span.observation_hash == observation_hash(seen)  # user message k is turn k's observation
 
 
-def test_chat_mode_retokenizes_and_says_so(server: tuple[str, str], renderer: ChatRenderer) -> None:
+def test_chat_mode_retokenizes_and_says_so(server: tuple[str, str, str], renderer: ChatRenderer) -> None:
     config = RolloutConfig(env_id="Bandit-LLM-v0", episodes=2, max_tokens_per_turn=8, chat_mode=True)
     rows = rollout(server, renderer, config)
     assert all(row.error is None and row.retokenized and row.num_turns == 1 for row in rows)

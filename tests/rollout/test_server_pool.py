@@ -182,9 +182,9 @@ def test_a_policy_still_takes_one_url_and_names_its_servers() -> None:
 
 def play(urls: list[str], renderer: ChatRenderer, config: RolloutConfig, *, retries: int = 3,
          on_episode: Callable[[list[TrajectoryRow]], None] | None = None,
-         model: str = "stub") -> tuple[list[TrajectoryRow], OpenAIPolicy]:
+         model: str = "stub", api_key: str = "EMPTY") -> tuple[list[TrajectoryRow], OpenAIPolicy]:
     """Roll out ``config`` over ``urls``; the rows and the (closed) policy, for its stats."""
-    policy = OpenAIPolicy(urls, model, backoff=0.05, max_backoff=0.2, timeout=30, retries=retries,
+    policy = OpenAIPolicy(urls, model, api_key=api_key, backoff=0.05, max_backoff=0.2, timeout=30, retries=retries,
                           sampling=SamplingConfig(max_tokens=config.max_tokens_per_turn))
 
     async def main() -> list[TrajectoryRow]:
@@ -300,7 +300,7 @@ def test_the_builtin_server_takes_over_from_one_that_drops_connections(
     with BuiltinServer(tiny_model) as builtin, StubServer(delay=0.0, drop_every=1) as dropping:
         config = sokoban(4, 2, concurrency=4, max_tokens_per_turn=12)
         rows, policy = play([dropping.base_url, builtin.base_url], renderer, config,
-                            model=builtin.model_name)
+                            model=builtin.model_name, api_key=builtin.api_key)
     assert_all_played(rows, 4)
     for row in rows:
         assert not row.retokenized
