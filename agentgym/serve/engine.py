@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import torch
 
-from agentgym.errors import ConfigError, InvalidRequestError, ServeError, UnsupportedError
+from agentgym.errors import ConfigError, InvalidRequestError, MissingDependencyError, ServeError, UnsupportedError
 from agentgym.serve.batch import EngineFailure, Sequence, SequenceUpdate, Sink
 from agentgym.serve.memory import release_free_memory
 from agentgym.serve.sampling import SamplingParams
@@ -378,8 +378,8 @@ class Engine:
         """Serve the adapter at ``path`` (merged into a copy of the model) under ``name``."""
         if not peft_available():
             raise UnsupportedError(
-                "LoRA adapters need the peft package, which is not installed: pip install peft "
-                "(or pip install 'agentgym[train]').", param="lora_path")
+                "LoRA adapters need the peft package, which is not installed: "
+                f"{MissingDependencyError.install_hint('train', 'peft')}.", param="lora_path")
         if not name or name in self._lora_paths:
             raise InvalidRequestError(f"The lora adapter {name!r} has already been loaded."
                                       if name else "lora_name must not be empty.", param="lora_name")

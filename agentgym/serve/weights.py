@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from agentgym.errors import UnsupportedError, WeightLoadError
+from agentgym.errors import MissingDependencyError, UnsupportedError, WeightLoadError
 
 __all__ = ["check_weights", "load_weights", "merged_lora_model", "peft_available", "read_safetensors"]
 
@@ -103,8 +103,8 @@ def merged_lora_model(base: torch.nn.Module, lora_path: str) -> torch.nn.Module:
     """A copy of ``base`` with the adapter at ``lora_path`` merged in."""
     if not peft_available():
         raise UnsupportedError(
-            "LoRA adapters need the peft package, which is not installed: pip install peft "
-            "(or pip install 'agentgym[train]').", param="lora_path")
+            "LoRA adapters need the peft package, which is not installed: "
+            f"{MissingDependencyError.install_hint('train', 'peft')}.", param="lora_path")
     if not Path(lora_path).is_dir():
         raise WeightLoadError(f"lora_path {lora_path!r} is not a folder.", param="lora_path")
     from peft import PeftModel
