@@ -396,10 +396,19 @@ def _adapter(engine: Engine, name: str, model: str | None) -> str | None:
 
 # ---------------------------------------------------------------- control ---
 
+def _path(value: str, param: str) -> str:
+    """A file path the OS can take: JSON may carry lone surrogates, which no file name has."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(f"{param} is not a valid file path ({exc.reason}).", param=param) from exc
+    return value
+
+
 def _add_control_routes(app: FastAPI, engine: Engine) -> None:
     @app.post("/update_weights")
     async def update_weights(req: UpdateWeightsRequest) -> UpdateWeightsResponse:
-        done = await engine.update_weights(req.weights_path, req.version)
+        done = await engine.update_weights(_path(req.weights_path, "weights_path"), req.version)
         return UpdateWeightsResponse(policy_version=done.policy_version, tensors=done.tensors,
                                      seconds=done.seconds)
 
@@ -412,7 +421,7 @@ def _add_control_routes(app: FastAPI, engine: Engine) -> None:
         if not isinstance(path, str):
             raise InvalidRequestError("reload_weights needs kwargs.weights_path (a folder).",
                                       param="kwargs.weights_path")
-        done = await engine.update_weights(path)
+        done = await engine.update_weights(_path(path, "kwargs.weights_path"))
         return {"results": [None], "policy_version": done.policy_version}
 
     @app.post("/reset_prefix_cache")
@@ -422,7 +431,7 @@ def _add_control_routes(app: FastAPI, engine: Engine) -> None:
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora(req: LoadLoRAAdapterRequest) -> PlainTextResponse:
-        await engine.load_lora(req.lora_name, req.lora_path)
+        await engine.load_lora(req.lora_name, _path(req.lora_path, "lora_path"))
         return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter")

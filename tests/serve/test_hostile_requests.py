@@ -267,3 +267,17 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(server: Runn
         capture_output=True, text=True, timeout=400, check=False)
     assert run.returncode == 0, run.stdout[-6000:]
     assert "13/13" in run.stdout  # every operation was tested
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/update_weights", b'{"weights_path": "/tmp/\\ud800"}', "weights_path"),
+    ("/v1/load_lora_adapter", b'{"lora_name": "x", "lora_path": "/tmp/\\udfff"}', "lora_path"),
+])
+def test_a_path_no_file_system_can_hold_is_a_400_naming_it(open_server: str, path: str, body: bytes,
+                                                            param: str) -> None:
+    """JSON can carry lone surrogates (as escapes), which no file name has: schemathesis found the 500."""
+    headers = {"Authorization": f"Bearer {CONTROL_KEY}", "Content-Type": "application/json"}
+    with httpx2.Client(timeout=TIMEOUT_S) as http:
+        answer = http.post(f"{open_server}{path}", content=body, headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == param
