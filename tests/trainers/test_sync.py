@@ -15,7 +15,7 @@ import openai
 import pytest
 import torch
 from safetensors.torch import load_file
-from trainer_helpers import PROMPTS, all_greedy, hf_greedy, load_model, server_greedy, train_a_little
+from trainer_helpers import API_KEY, PROMPTS, all_greedy, hf_greedy, load_model, server_greedy, train_a_little
 
 from agentgym.errors import ConfigError, WeightSyncError
 from agentgym.serve.launch import BuiltinServer, free_port
@@ -132,7 +132,7 @@ def test_a_temporary_folder_is_removed_on_close() -> None:
 @pytest.fixture(scope="module")
 def builtin(tiny_model: str) -> Iterator[BuiltinServer]:
     """A built-in server of this module's own: its weights change here."""
-    with BuiltinServer(tiny_model, served_model_name=NAME, max_model_len=512) as server:
+    with BuiltinServer(tiny_model, served_model_name=NAME, max_model_len=512, api_key=API_KEY) as server:
         yield server
 
 
@@ -144,7 +144,7 @@ def test_builtin_server_generates_what_the_trainer_model_does_after_a_sync(
     expected = [hf_greedy(model, prompt) for prompt in PROMPTS]
     assert all_greedy(builtin.base_url, NAME) != expected, "training must change the greedy output"
 
-    sync = BuiltinSync(builtin.url, model_name=NAME, folder=tmp_path)
+    sync = BuiltinSync(builtin.url, model_name=NAME, folder=tmp_path, api_key=API_KEY)
     try:
         first = sync.push(model)
         assert isinstance(first, SyncResult) and first.model_name == NAME and first.bytes > 0
@@ -170,7 +170,7 @@ def test_builtin_server_serves_each_lora_version_under_its_own_name(
 ) -> None:
     served_base = all_greedy(builtin.base_url, NAME)
     model = _lora(load_model(tiny_model))
-    sync = LoRASync(builtin.url, model_name=NAME, folder=tmp_path)
+    sync = LoRASync(builtin.url, model_name=NAME, folder=tmp_path, api_key=API_KEY)
     assert sync.model_name == NAME
     first = sync.push(model)
     assert first.model_name == sync.model_name == f"{NAME}-lora-v1"

@@ -10,6 +10,9 @@ import torch
 
 from agentgym.rollout.rows import TrajectoryRow
 
+#: The key these tests' servers are started with and their clients send (every server agentgym starts wants one).
+API_KEY = "trainer-tests"
+
 #: Fixed token-id prompts (ids of the tiny vocabulary) and how much to decode of each.
 PROMPTS = [[1, 5, 6, 7], [1, 40, 41, 42, 43, 44], [1, 300, 200, 100, 9], [1, 77], [2, 9, 500, 8]]
 MAX_TOKENS = 8
@@ -48,7 +51,7 @@ def hf_greedy(model: Any, prompt: list[int]) -> list[int]:
 
 def server_greedy(base_url: str, model_name: str, prompt: list[int]) -> tuple[list[int], Any]:
     """The server's greedy continuation of ``prompt`` and the policy version it reports."""
-    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60.0) as client:
+    with openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0, timeout=60.0) as client:
         response = client.completions.create(model=model_name, prompt=prompt, max_tokens=MAX_TOKENS,
                                              temperature=0, extra_body={"return_token_ids": True})
     body = response.model_dump()
