@@ -91,7 +91,7 @@ def cache_root() -> Path:
 def resolve_model(name: str) -> str:
     """A folder for a ``tiny`` name (built on first use); a model folder or a hub id unchanged.
 
-    A name written as a path (``/x``, ``./x``, ``~/x``, ``a/b/c``) that holds no model is a
+    A name written as a path (``/x``, ``./x``, ``~/x``, ``a/b/c``) that does not exist is a
     :class:`ConfigError` here, not a transformers traceback later.
     """
     spec = tiny_spec(name)
@@ -107,11 +107,10 @@ def resolve_model(name: str) -> str:
 def _check_local(name: str) -> None:
     path = Path(name).expanduser()
     first = name.split("/", 1)[0]
-    looks_local = (name.startswith(("/", ".", "~")) or name.count("/") > 1 or path.exists()
+    looks_local = (name.startswith(("/", ".", "~")) or name.count("/") > 1
                    or ("/" in name and Path(first).is_dir()))  # runs/x: a run folder here, not a hub org
-    if looks_local and not (path / "config.json").is_file():
-        what = "is not a model folder (no config.json in it)" if path.is_dir() else "does not exist"
-        raise ConfigError(f"--model {name!r} {what}. Give a folder a run saved (e.g. runs/x/final), "
+    if looks_local and not path.exists():
+        raise ConfigError(f"--model {name!r} does not exist. Give a folder a run saved (e.g. runs/x/final), "
                           "'tiny' (built locally), or a Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct.")
 
 

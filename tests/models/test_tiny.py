@@ -102,6 +102,6 @@ def test_a_grid_row_is_one_token_per_cell(tiny_model: str) -> None:
 def test_a_model_path_that_holds_no_model_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--model '/nonexistent/model' does not exist\. Give a folder"):
         resolve_model("/nonexistent/model")
-    with pytest.raises(ConfigError, match=r"is not a model folder \(no config.json in it\)"):
-        resolve_model(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        resolve_model(str(tmp_path / "missing" / "final"))
     assert resolve_model("org/name") == "org/name"  # a hub id: left to transformers
