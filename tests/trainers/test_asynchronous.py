@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,12 @@ SEEN: list[tuple[int, list[int | None]]] = []
 
 
 class RecordingGRPO(GRPOLearner):
+    """Records what each step trains on, and learns slowly (as a big model would), so that the next
+    step's episodes surely reach the server before this step's weights do."""
+
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         SEEN.append((self.version, [row.policy_version for row in rows]))
+        time.sleep(5.0)
         return super().train_step(rows)
 
 

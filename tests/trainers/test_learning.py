@@ -54,7 +54,9 @@ def test_online_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: Path)
         for key in ("success", "reward", "valid_actions", "sampled_tokens", "train_sequences"):
             assert a[key] == b[key], (a["step"], key)
         for key in ("loss", "grad_norm", "entropy"):
-            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
+            assert (key in a) == (key in b), (a["step"], key)  # a step of filtered groups computes no loss
+            if key in b:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (a["step"], key)
 
 
 @pytest.mark.slow
