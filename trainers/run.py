@@ -49,7 +49,7 @@ from agentgym.trainers.serving import Serving
 from agentgym.trainers.settings import TrainConfig
 from agentgym.trainers.sft import SFTBatches, sft_update, trajectory_files
 
-__all__ = ["LoopState", "RowSource", "TrainResult", "train"]
+__all__ = ["LoopState", "RowSource", "TrainResult", "check_run_folder", "train"]
 
 
 @dataclass
@@ -88,7 +88,7 @@ def train(config: TrainConfig, *, console: Console | None = None, stop_after: in
         config.run.backend = trainer_spec(config.run.trainer).default_backend
     budget = TimeBudget(config.run.max_seconds)
     out = Path(config.run.out)
-    _check_out(out, config)
+    check_run_folder(out, config)
     make_learner = get_learner_factory(config.run.trainer, config.run.backend)
     if config.rollout.trajectories is not None:
         trajectory_files(config.rollout.trajectories)  # a missing file fails before anything is loaded or written
@@ -200,7 +200,8 @@ def _resume(learner: Learner, out: Path, config: TrainConfig) -> tuple[LoopState
                      data_position=int(saved.get("data_position", 0))), resumed_from
 
 
-def _check_out(out: Path, config: TrainConfig) -> None:
+def check_run_folder(out: Path, config: TrainConfig) -> None:
+    """A ConfigError when ``out`` holds a run already and ``--resume`` was not given."""
     if config.run.resume:
         return
     finished = (out / "final").exists()

@@ -58,6 +58,12 @@ def serve_command(
     if not is_loopback(host) and not api_key:
         raise fail(f"Refusing to bind {host} without --api-key: anyone who can reach it could use "
                    "the model and replace its weights. Pass --api-key KEY, or bind 127.0.0.1.")
+    from agentgym.models import resolve_model
+
+    try:
+        resolve_model(model)  # a mistyped path: one line now, not a traceback once the server starts
+    except AgentGymError as exc:
+        raise fail(str(exc)) from None
     name = served_model_name or model
     if engine is EngineName.vllm:
         from agentgym.serve.vllm import serve_vllm

@@ -118,15 +118,24 @@ def _dispatch(config: Any) -> Any:
     """Run the trainer through the run skeleton."""
     import transformers
 
-    from agentgym.trainers.run import train
+    from agentgym.models import resolve_model
+    from agentgym.trainers.registry import trainer_spec
+    from agentgym.trainers.run import check_run_folder, train
+    from agentgym.trainers.sft import trajectory_files
 
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break the live bar
     main = _is_main_process()
     run = config.run
+    # A mistyped model or file, or a used run folder: one line, before the banner.
+    resolve_model(config.model.model)
+    check_run_folder(Path(run.out), config)
+    if config.rollout.trajectories is not None:
+        trajectory_files(config.rollout.trajectories)
+    backend = run.backend or f"{trainer_spec(run.trainer).default_backend}, its default backend"
     if main:
         console.print(f"Training {escape(config.model.model)} on "
-                      f"{escape(str(config.rollout.env_id or config.rollout.trajectories))} ({escape(run.trainer)}, "
-                      f"{escape(str(run.backend or 'default backend'))}) for {run.steps} steps; run folder {escape(run.out)}")
+                      f"{escape(str(config.rollout.env_id or config.rollout.trajectories))} ({escape(run.trainer)} on "
+                      f"{escape(backend)}) for {run.steps} steps; run folder {escape(run.out)}")
     return train(config, console=console if main else None)
 
 
@@ -134,7 +143,9 @@ def _print_result(config: Any, result: Any) -> None:
     metrics = list(getattr(result, "metrics", []) or [])
     if metrics and "success" in metrics[-1]:
         first, last = metrics[0], metrics[-1]
-        line = f"Success rate {first['success']:.0%} -> {last['success']:.0%} (first step -> last)"
+        line = f"Success rate {first['success']:.0%} -> {last['success']:.0%} (first step -> last"
+        # Recorded rows were played by whoever recorded them, not by the model being trained.
+        line += ", of the recorded episodes read)" if config.rollout.trajectories is not None else ")"
         reward, final_reward = first.get("reward"), last.get("reward")
         if reward is not None and final_reward is not None:
             line += f"; mean reward {reward:.3f} -> {final_reward:.3f}"
@@ -149,6 +160,9 @@ def _print_result(config: Any, result: Any) -> None:
     env_id = config.rollout.env_id
     if final is not None and env_id:
         console.print(f"Trained model: {escape(str(final))}; roll it out: agentgym rollout --env {escape(env_id)} "
+                      f"--model {escape(str(final))} --episodes 8")
+    elif final is not None:
+        console.print(f"Trained model: {escape(str(final))}; roll it out: agentgym rollout --env ENV "
                       f"--model {escape(str(final))} --episodes 8")
 
 

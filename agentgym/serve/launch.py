@@ -95,6 +95,8 @@ def wait_for_health(url: str, timeout: float, process: subprocess.Popen[bytes] |
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
+            if process.returncode == -signal.SIGINT:  # Ctrl-C reached the child first: the user's stop, not a fault
+                raise KeyboardInterrupt
             raise ServerStartError(
                 f"the server exited with status {process.returncode} before {url} answered.")
         try:
@@ -200,6 +202,9 @@ class BuiltinServer:
             self.stop()
             raise ServerStartError(f"the built-in server for {self.model!r} did not start: {exc}\n"
                                    f"--- its log ---\n{tail}") from exc
+        except KeyboardInterrupt:
+            self.stop()
+            raise
         return self
 
     def log_tail(self, limit: int = 4000) -> str:

@@ -71,12 +71,14 @@ def test_rollout_and_eval_tables_share_one_column_order() -> None:
 
 # -- agentgym train's closing line ----------------------------------------------------------------
 
-def _closing_line(metrics: list[dict[str, float]], capsys: pytest.CaptureFixture[str], tmp_path) -> str:
+def _closing_line(metrics: list[dict[str, float]], capsys: pytest.CaptureFixture[str], tmp_path,
+                  trajectories: str | None = None) -> str:
     from types import SimpleNamespace
 
     from agentgym.cli.train_cmd import _print_result
 
-    config = SimpleNamespace(run=SimpleNamespace(out=str(tmp_path)), rollout=SimpleNamespace(env_id=None))
+    config = SimpleNamespace(run=SimpleNamespace(out=str(tmp_path)),
+                             rollout=SimpleNamespace(env_id=None, trajectories=trajectories))
     _print_result(config, SimpleNamespace(metrics=metrics, out=str(tmp_path), final_model=None))
     return " ".join(capsys.readouterr().out.split()).split(" Metrics:")[0]
 
@@ -90,6 +92,12 @@ def test_train_names_the_success_rate_first_and_explains_a_falling_reward(capsys
 def test_train_s_closing_line_without_the_remark_when_reward_follows_success(capsys, tmp_path) -> None:
     line = _closing_line([{"success": 0.2, "reward": 0.1}, {"success": 0.6, "reward": 0.5}], capsys, tmp_path)
     assert line == "Success rate 20% -> 60% (first step -> last); mean reward 0.100 -> 0.500."
+
+
+def test_train_on_recorded_rows_says_the_success_rate_is_the_files(capsys, tmp_path) -> None:
+    line = _closing_line([{"success": 0.5, "reward": 0.6}, {"success": 0.5, "reward": 0.4}], capsys, tmp_path,
+                         trajectories="rows.parquet")
+    assert line.startswith("Success rate 50% -> 50% (first step -> last, of the recorded episodes read);")
 
 
 # -- a dead --base-url, a run whose every episode failed -------------------------------------------
@@ -238,3 +246,34 @@ def test_help_fits_80_columns_in_groups(command: str) -> None:
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output == f"agentgym {agentgym.__version__}\n"
+
+
+# -- mistakes found before anything starts -----------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["serve", "--model", "/nonexistent/model"],
+                                     ["train", "--env", "Bandit-LLM-v0", "--model", "/nonexistent/model"]])
+def test_a_missing_model_is_refused_before_the_banner(command: list[str], tmp_path) -> None:
+    result = runner.invoke(app, [*command, *(["--out", str(tmp_path / "run")] if command[0] == "train" else [])],
+                           terminal_width=400)
+    assert _one_error_line(result).startswith("error: --model '/nonexistent/model' does not exist.")
+    assert "Serving" not in result.output and "Training" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_used_run_folder_is_refused_before_the_banner(tmp_path) -> None:
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    result = runner.invoke(app, ["train", "--env", "Bandit-LLM-v0", "--out", str(tmp_path / "run")],
+                           terminal_width=400)
+    assert "already holds a training run" in _one_error_line(result)
+    assert "Training" not in result.output
+
+
+def test_a_server_stopped_by_ctrl_c_while_starting_is_an_interrupt_not_a_fault() -> None:
+    import subprocess
+
+    from agentgym.serve.launch import free_port, wait_for_health
+
+    child = subprocess.Popen(["sh", "-c", "kill -INT $$"])  # as the terminal's Ctrl-C reaches the server too
+    child.wait()
+    with pytest.raises(KeyboardInterrupt):
+        wait_for_health(f"http://127.0.0.1:{free_port()}/health", 10.0, child)
