@@ -36,6 +36,7 @@ rather than served.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 import secrets
@@ -337,6 +338,13 @@ def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
         generation = engine.submit(prompts, params, n=req.n, adapter=adapter, stream=bool(req.stream))
         if req.stream:
             return _sse(completion_stream(engine, job, generation))
+        if req.prompt_logprobs is not None:
+            try:
+                scored = await engine.prompt_logprobs(prompts, req.prompt_logprobs, adapter=adapter)
+            except BaseException:
+                generation.cancel()
+                raise
+            job = dataclasses.replace(job, prompt_logprobs=scored)
         done = await _result(request, generation)
         return _json(await asyncio.to_thread(completion_response, engine, job, done))
 
