@@ -102,7 +102,9 @@ class DistillLearner(GRPOLearner):
         if self.config.distill.distill_loss == "reverse_kl":
             return reverse_kl_sampled(logprobs, teacher.token_logprobs, mask)
         old = logprobs.detach() if self._single_update else self._old_logprobs(list(group), logprobs.detach())
-        advantages = -(old - teacher.token_logprobs) * mask  # the reverse KL at the step's start, negated
+        # The reverse KL at the step's start, negated, less its mean (the baseline reverse_kl uses too).
+        estimate = old - teacher.token_logprobs
+        advantages = -(estimate - masked_mean(estimate, mask)) * mask
         rollout = torch.where(batch.has_rollout_logprobs.unsqueeze(-1), batch.rollout_logprobs, old)
         output = policy_loss(logprobs, old, advantages, mask, self.loss_config, rollout_logprobs=rollout)
         return output.loss, logprobs.detach() - teacher.token_logprobs

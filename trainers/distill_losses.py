@@ -17,7 +17,8 @@ Shapes: ``S`` sequences, ``T`` completion tokens each (padded), ``V`` the vocabu
   student sampled itself (on-policy distillation), estimated as
   ``log p_s(x) - log p_t(x)``. Because ``x`` was drawn from the student, the plain derivative
   of that estimate has expectation zero; the loss's gradient is the score-function one,
-  ``(log p_s(x) - log p_t(x)) * grad log p_s(x)``, and its value is the estimate itself.
+  ``(log p_s(x) - log p_t(x) - b) * grad log p_s(x)`` with the tokens' mean estimate as the
+  baseline ``b``, and its value is the mean estimate itself.
 """
 
 from __future__ import annotations
@@ -76,5 +77,8 @@ def reverse_kl_sampled(student_logprobs: torch.Tensor, teacher_logprobs: torch.T
     the score-function one (see the module's docstring).
     """
     estimate = student_logprobs.detach() - teacher_logprobs.detach()
-    per_token = estimate + estimate * (student_logprobs - student_logprobs.detach())
+    # The tokens' mean estimate as a baseline: E[b * grad log p_s] = 0, so the gradient stays unbiased
+    # (but for the token's own share of b) and loses the variance of a reward every token shares.
+    centred = estimate - masked_mean(estimate, mask)
+    per_token = estimate + centred * (student_logprobs - student_logprobs.detach())
     return masked_mean(per_token, mask), estimate

@@ -1,7 +1,7 @@
 """Distillation: the KLs on numbers worked by hand, the teacher's checks, and whole runs that learn.
 
-The teacher is a copy of the tiny student trained here until it is sure of a few tokens (the
-answer "<answer>Dragon</answer>"), so the student has something to learn from it; runs assert
+The teacher is a copy of the tiny student trained a little here, so the student has something to
+learn from it; runs assert
 that the KL to the teacher falls at a real learning rate, with the teacher in this process and
 behind the built-in server.
 """
@@ -19,7 +19,7 @@ from agentgym.errors import ConfigError
 from agentgym.trainers.distill_losses import forward_kl_full, forward_kl_top_k, reverse_kl_sampled, teacher_top_k
 from agentgym.trainers.run import train
 from agentgym.trainers.settings import TrainConfig
-from trainer_helpers import API_KEY, load_model
+from trainer_helpers import API_KEY, load_model, train_a_little
 
 # -- the KLs, by hand --------------------------------------------------------------------------
 
@@ -65,8 +65,9 @@ def test_forward_kl_over_the_top_k_and_a_bucket_for_the_rest() -> None:
 def test_reverse_kl_on_sampled_tokens_has_the_score_function_gradient() -> None:
     # The student sampled two tokens with p_s = 1/2 and 1/4; the teacher gives them 1/4 and 1/4.
     # Estimates ln(p_s / p_t): ln 2 = 0.693147 and 0; a third, padded token is masked out.
-    # Loss value: their mean, ln(2)/2 = 0.346574. Gradient in log p_s: estimate / 2 tokens = [ln(2)/2, 0, 0]
-    # (the plain derivative would be 1/2 on each token, whose expectation under the student is 0).
+    # Loss value: their mean, ln(2)/2 = 0.346574. Gradient in log p_s: (estimate - its mean ln(2)/2) / 2 tokens
+    # = [ln(2)/4, -ln(2)/4, 0] (the plain derivative would be 1/2 on each token, whose expectation under the
+    # student is 0; the mean is the baseline).
     student = _log([0.5, 0.25, 0.9]).view(1, 3).float().requires_grad_()
     teacher = _log([0.25, 0.25, 0.1]).view(1, 3).float()
     mask = torch.tensor([[1.0, 1.0, 0.0]])
@@ -75,7 +76,7 @@ def test_reverse_kl_on_sampled_tokens_has_the_score_function_gradient() -> None:
     assert estimate[0, :2].tolist() == pytest.approx([math.log(2), 0.0], abs=1e-6)
     loss.backward()
     assert student.grad is not None
-    assert student.grad[0].tolist() == pytest.approx([math.log(2) / 2, 0.0, 0.0], abs=1e-6)
+    assert student.grad[0].tolist() == pytest.approx([math.log(2) / 4, -math.log(2) / 4, 0.0], abs=1e-6)
 
 
 # -- a teacher to learn from -------------------------------------------------------------------
@@ -83,22 +84,12 @@ def test_reverse_kl_on_sampled_tokens_has_the_score_function_gradient() -> None:
 
 @pytest.fixture(scope="module")
 def teacher_model(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The tiny model trained until it is sure of the answer "<answer>Dragon</answer>"."""
+    """A slightly trained copy of the tiny student: a few AdamW steps of language modelling."""
     from transformers import AutoTokenizer
 
     folder = tmp_path_factory.mktemp("teacher")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    ids = tokenizer.encode("<answer>Dragon</answer><answer>Dragon</answer>", add_special_tokens=False)
-    model = load_model(tiny_model)
-    batch = torch.tensor([ids] * 4)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(15):
-        model(input_ids=batch, labels=batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    train_a_little(load_model(tiny_model), steps=3, lr=0.02).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(folder)
     return str(folder)
 
 
@@ -117,9 +108,10 @@ def _config(tmp_path: Path, **settings: Any) -> TrainConfig:
 
 
 def _falls(metrics: list[dict[str, float]], name: str) -> None:
+    """The KL of the last two steps is well below the first two's (each step's is measured on its own rows)."""
     values = [m[name] for m in metrics]
     assert all(math.isfinite(v) for v in values)
-    assert values[-1] < values[0] * 0.8, values
+    assert sum(values[-2:]) < 0.85 * sum(values[:2]), values
 
 
 # -- the teacher's checks ----------------------------------------------------------------------
@@ -166,7 +158,7 @@ def test_offline_distillation_brings_the_student_to_the_teacher(
         tmp_path: Path, bandit_rows: Path, teacher_model: str, top_k: int | None) -> None:
     settings: dict[str, Any] = {"teacher_top_k": top_k} if top_k else {}
     result = train(_config(tmp_path, trajectories=str(bandit_rows), teacher=teacher_model, steps=6,
-                           episodes_per_step=8, group_size=4, **settings))
+                           episodes_per_step=8, **settings))
     _falls(result.metrics, "forward_kl")
     assert all(m["teacher_logprob"] < 0 for m in result.metrics)
     assert result.final_model is not None and (result.final_model / "config.json").exists()
@@ -176,17 +168,16 @@ def test_offline_distillation_brings_the_student_to_the_teacher(
 def test_offline_distillation_from_the_built_in_server(tmp_path: Path, bandit_rows: Path, teacher_server: Any,
                                                       teacher_model: str) -> None:
     """The server's top 5 and the in-process teacher's top 5 are the same numbers: the same first step."""
-    common = {"trajectories": str(bandit_rows), "steps": 4, "episodes_per_step": 8, "group_size": 4,
-              "teacher_top_k": 5}
+    common = {"trajectories": str(bandit_rows), "steps": 4, "episodes_per_step": 8, "teacher_top_k": 5}
     served = train(_config(tmp_path / "served", teacher_url=teacher_server.base_url, teacher_api_key=API_KEY,
                            **common))
     _falls(served.metrics, "forward_kl")
-    local = train(_config(tmp_path / "local", teacher=teacher_model, steps=1, **{**common, "steps": 1}))
+    local = train(_config(tmp_path / "local", teacher=teacher_model, **{**common, "steps": 1}))
     assert served.metrics[0]["forward_kl"] == pytest.approx(local.metrics[0]["forward_kl"], rel=1e-4)
     assert served.metrics[0]["teacher_logprob"] == pytest.approx(local.metrics[0]["teacher_logprob"], rel=1e-4)
 
 
-_ONLINE = {"env_id": "Bandit-LLM-v0", "steps": 6, "episodes_per_step": 8, "group_size": 4, "max_tokens": 12,
+_ONLINE = {"env_id": "Bandit-LLM-v0", "steps": 8, "episodes_per_step": 8, "group_size": 4, "max_tokens": 12,
            "concurrency": 8}
 
 
@@ -194,7 +185,7 @@ _ONLINE = {"env_id": "Bandit-LLM-v0", "steps": 6, "episodes_per_step": 8, "group
 @pytest.mark.parametrize("loss", ["reverse_kl", "advantage"])
 def test_on_policy_distillation_brings_the_student_to_the_teacher(tmp_path: Path, teacher_model: str,
                                                                  loss: str) -> None:
-    result = train(_config(tmp_path, teacher=teacher_model, distill_loss=loss, lr=1e-2, **_ONLINE))
+    result = train(_config(tmp_path, teacher=teacher_model, distill_loss=loss, lr=2e-2, **_ONLINE))
     _falls(result.metrics, "reverse_kl")
     first, last = result.metrics[0], result.metrics[-1]
     assert last["teacher_logprob"] > first["teacher_logprob"]  # the student writes what the teacher would
@@ -204,6 +195,6 @@ def test_on_policy_distillation_brings_the_student_to_the_teacher(tmp_path: Path
 @pytest.mark.slow
 def test_on_policy_distillation_from_the_built_in_server(tmp_path: Path, teacher_server: Any) -> None:
     result = train(_config(tmp_path, teacher_url=teacher_server.base_url, teacher_api_key=API_KEY,
-                           teacher_model="teacher", lr=1e-2, **_ONLINE))
+                           teacher_model="teacher", lr=2e-2, **_ONLINE))
     _falls(result.metrics, "reverse_kl")
     assert result.metrics[-1]["time/teacher"] > 0
