@@ -32,7 +32,7 @@ from agentgym.trainers.distill_losses import teacher_top_k
 from agentgym.trainers.engine import Engine
 from agentgym.trainers.settings import DistillSettings
 
-__all__ = ["InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"]
+__all__ = ["SERVER_TOP_K", "InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"]
 
 #: text the server teacher is asked to tokenize: chat markup, words, digits, punctuation
 _PROBE = "Hello, world! Push the box: <answer>Up</answer> 0123456789 #@$.\n  end"
