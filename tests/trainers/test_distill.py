@@ -198,3 +198,20 @@ def test_on_policy_distillation_from_the_built_in_server(tmp_path: Path, teacher
                            teacher_model="teacher", lr=2e-2, **_ONLINE))
     _falls(result.metrics, "reverse_kl")
     assert result.metrics[-1]["time/teacher"] > 0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_offline_distillation_from_real_vllm(tmp_path: Path, bandit_rows: Path, teacher_model: str) -> None:
+    """vLLM's prompt_logprobs teach as the in-process teacher does: the same first step (CPU build of vLLM)."""
+    from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
+
+    python = vllm_python()
+    if python is None:
+        pytest.skip(f"no Python that can import vllm: {INSTALL_HINT}")
+    common = {"trajectories": str(bandit_rows), "steps": 1, "episodes_per_step": 8, "teacher_top_k": 5}
+    with VLLMServer(teacher_model, python=python, served_model_name="teacher", max_model_len=1024) as server:
+        served = train(_config(tmp_path / "served", teacher_url=server.base_url, **common))
+    local = train(_config(tmp_path / "local", teacher=teacher_model, **common))
+    assert served.metrics[0]["forward_kl"] == pytest.approx(local.metrics[0]["forward_kl"], rel=1e-3)
+    assert served.metrics[0]["teacher_logprob"] == pytest.approx(local.metrics[0]["teacher_logprob"], rel=1e-3)
