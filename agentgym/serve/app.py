@@ -3,7 +3,8 @@
 Routes (OpenAI, then vLLM's extensions, then agentgym's):
 
 * ``GET /v1/models``, ``POST /v1/completions`` (text or token-id prompts,
-  one or many), ``POST /v1/chat/completions`` (SSE when ``stream``);
+  one or many; vLLM's ``prompt_logprobs``, computed by a forward pass of
+  each prompt of its own), ``POST /v1/chat/completions`` (SSE when ``stream``);
 * ``GET /health``, ``GET /version``, ``POST /tokenize``, ``POST /detokenize``,
   ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``,
   ``POST /collective_rpc`` (``reload_weights`` only) and

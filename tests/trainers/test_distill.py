@@ -177,6 +177,20 @@ def test_offline_distillation_from_the_built_in_server(tmp_path: Path, bandit_ro
     assert served.metrics[0]["teacher_logprob"] == pytest.approx(local.metrics[0]["teacher_logprob"], rel=1e-4)
 
 
+@pytest.mark.slow
+def test_a_stopped_distillation_resumes_with_its_teacher(tmp_path: Path, bandit_rows: Path,
+                                                        teacher_model: str) -> None:
+    """The checkpoint holds the student only; the teacher is loaded again from the settings."""
+    config = _config(tmp_path, trajectories=str(bandit_rows), teacher=teacher_model, steps=3, episodes_per_step=8)
+    whole = train(_config(tmp_path / "whole", trajectories=str(bandit_rows), teacher=teacher_model, steps=3,
+                          episodes_per_step=8))
+    stopped = train(config, stop_after=2)
+    assert stopped.stopped_early and len(stopped.metrics) == 2
+    resumed = train(config.updated({"resume": True}))
+    assert len(resumed.metrics) == 1 and resumed.final_model is not None
+    assert resumed.metrics[0]["forward_kl"] == pytest.approx(whole.metrics[2]["forward_kl"], rel=1e-4)
+
+
 _ONLINE = {"env_id": "Bandit-LLM-v0", "steps": 8, "episodes_per_step": 8, "group_size": 4, "max_tokens": 12,
            "concurrency": 8}
 
