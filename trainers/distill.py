@@ -35,7 +35,7 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.algorithms import masked_mean, policy_loss
 from agentgym.trainers.batch import MicroBatch, TrainSequence, to_sequences
-from agentgym.trainers.distill_losses import forward_kl_full, forward_kl_top_k, reverse_kl_sampled
+from agentgym.trainers.distill_losses import forward_kl_full, forward_kl_top_k, reverse_kl_sampled, sequence_baseline
 from agentgym.trainers.engine import Engine
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce
 from agentgym.trainers.grpo import GRPOLearner, _split
@@ -102,9 +102,9 @@ class DistillLearner(GRPOLearner):
         if self.config.distill.distill_loss == "reverse_kl":
             return reverse_kl_sampled(logprobs, teacher.token_logprobs, mask)
         old = logprobs.detach() if self._single_update else self._old_logprobs(list(group), logprobs.detach())
-        # The reverse KL at the step's start, negated, less its mean (the baseline reverse_kl uses too).
+        # The reverse KL at the step's start, negated, less its sequence's mean (reverse_kl's baseline too).
         estimate = old - teacher.token_logprobs
-        advantages = -(estimate - masked_mean(estimate, mask)) * mask
+        advantages = -(estimate - sequence_baseline(estimate, mask)) * mask
         rollout = torch.where(batch.has_rollout_logprobs.unsqueeze(-1), batch.rollout_logprobs, old)
         output = policy_loss(logprobs, old, advantages, mask, self.loss_config, rollout_logprobs=rollout)
         return output.loss, logprobs.detach() - teacher.token_logprobs

@@ -17,7 +17,7 @@ Shapes: ``S`` sequences, ``T`` completion tokens each (padded), ``V`` the vocabu
   student sampled itself (on-policy distillation), estimated as
   ``log p_s(x) - log p_t(x)``. Because ``x`` was drawn from the student, the plain derivative
   of that estimate has expectation zero; the loss's gradient is the score-function one,
-  ``(log p_s(x) - log p_t(x) - b) * grad log p_s(x)`` with the tokens' mean estimate as the
+  ``(log p_s(x) - log p_t(x) - b) * grad log p_s(x)`` with the sequence's mean estimate as the
   baseline ``b``, and its value is the mean estimate itself.
 """
 
@@ -27,7 +27,7 @@ import torch
 
 from agentgym.trainers.algorithms import masked_mean
 
-__all__ = ["forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "teacher_top_k"]
+__all__ = ["forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "sequence_baseline", "teacher_top_k"]
 
 _TINY = 1e-7  # keeps log(1 - mass) finite (float32) when the top K hold all of it
 
@@ -68,6 +68,11 @@ def teacher_top_k(teacher_logprobs: torch.Tensor, k: int) -> tuple[torch.Tensor,
     return ids, values
 
 
+def sequence_baseline(estimate: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[S, 1] each sequence's mean of ``estimate`` over its masked tokens (0 for a sequence without any)."""
+    return masked_mean(estimate, mask, dim=-1).unsqueeze(-1)
+
+
 def reverse_kl_sampled(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor,
                        mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The token mean of the per-token reverse KL on the student's own samples, and the [S, T] estimates.
@@ -77,8 +82,9 @@ def reverse_kl_sampled(student_logprobs: torch.Tensor, teacher_logprobs: torch.T
     the score-function one (see the module's docstring).
     """
     estimate = student_logprobs.detach() - teacher_logprobs.detach()
-    # The tokens' mean estimate as a baseline: E[b * grad log p_s] = 0, so the gradient stays unbiased
-    # (but for the token's own share of b) and loses the variance of a reward every token shares.
-    centred = estimate - masked_mean(estimate, mask)
+    # Each sequence's mean estimate as its baseline: E[b * grad log p_s] = 0, so the gradient stays
+    # unbiased (but for the token's own share of b) and loses the variance of a reward every token of
+    # the sequence shares. Per sequence, so micro-batching and ranks change nothing.
+    centred = estimate - sequence_baseline(estimate, mask)
     per_token = estimate + centred * (student_logprobs - student_logprobs.detach())
     return masked_mean(per_token, mask), estimate

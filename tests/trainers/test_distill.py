@@ -63,20 +63,50 @@ def test_forward_kl_over_the_top_k_and_a_bucket_for_the_rest() -> None:
 
 
 def test_reverse_kl_on_sampled_tokens_has_the_score_function_gradient() -> None:
-    # The student sampled two tokens with p_s = 1/2 and 1/4; the teacher gives them 1/4 and 1/4.
-    # Estimates ln(p_s / p_t): ln 2 = 0.693147 and 0; a third, padded token is masked out.
-    # Loss value: their mean, ln(2)/2 = 0.346574. Gradient in log p_s: (estimate - its mean ln(2)/2) / 2 tokens
-    # = [ln(2)/4, -ln(2)/4, 0] (the plain derivative would be 1/2 on each token, whose expectation under the
-    # student is 0; the mean is the baseline).
-    student = _log([0.5, 0.25, 0.9]).view(1, 3).float().requires_grad_()
-    teacher = _log([0.25, 0.25, 0.1]).view(1, 3).float()
-    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    # Sequence 1: the student sampled two tokens with p_s = 1/2 and 1/4, the teacher gives them 1/4 and 1/4;
+    # a third, padded token is masked out. Estimates ln(p_s / p_t): ln 2 = 0.693147 and 0.
+    # Sequence 2: one token, p_s = p_t = 1/2: estimate 0.
+    # Loss value: the mean over the 3 tokens, ln(2)/3 = 0.231049.
+    # Gradient in log p_s: (estimate - its sequence's mean) / 3 tokens. Sequence 1's mean is ln(2)/2, so
+    # [ln(2)/2, -ln(2)/2] / 3 = [ln(2)/6, -ln(2)/6]; sequence 2's token: (0 - 0) / 3 = 0. (The plain derivative
+    # of the estimate would be 1/3 on each token, whose expectation under the student is 0.)
+    student = torch.stack([_log([0.5, 0.25, 0.9]), _log([0.5, 0.9, 0.9])]).float().requires_grad_()
+    teacher = torch.stack([_log([0.25, 0.25, 0.1]), _log([0.5, 0.1, 0.1])]).float()
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     loss, estimate = reverse_kl_sampled(student, teacher, mask)
-    assert loss.item() == pytest.approx(math.log(2) / 2, abs=1e-6)
+    assert loss.item() == pytest.approx(math.log(2) / 3, abs=1e-6)
     assert estimate[0, :2].tolist() == pytest.approx([math.log(2), 0.0], abs=1e-6)
     loss.backward()
     assert student.grad is not None
-    assert student.grad[0].tolist() == pytest.approx([math.log(2) / 4, -math.log(2) / 4, 0.0], abs=1e-6)
+    assert student.grad[0].tolist() == pytest.approx([math.log(2) / 6, -math.log(2) / 6, 0.0], abs=1e-6)
+    assert student.grad[1].tolist() == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
+
+
+def test_micro_batching_changes_no_distillation_step(make_row: Any, tiny_model: str, tmp_path: Path) -> None:
+    """The loss is normalised over the whole mini-batch and the baseline is per sequence: one pass or four,
+    the same update."""
+    from agentgym.trainers.distill import DistillLearner
+    from agentgym.trainers.fsdp.distributed import Dist
+    from agentgym.trainers.learner import build_learner
+
+    from transformers import AutoTokenizer
+
+    teacher = tmp_path / "teacher"
+    train_a_little(load_model(tiny_model), steps=3, lr=0.02).save_pretrained(teacher)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(teacher)
+    rows = [make_row(answer, index=i, logprob=-1.0 - i / 10)
+            for i, answer in enumerate(["<answer>Dragon</answer>", "no", "<answer>Phoenix</answer>", "x y z"])]
+    deltas = []
+    for size in (1, 4):
+        config = _config(tmp_path / str(size), env_id="Bandit-LLM-v0", teacher=str(teacher), backend="fsdp",
+                         optimizer="sgd", lr=1.0, max_grad_norm=0.0, micro_batch_size=size)
+        learner = build_learner(DistillLearner, config, Dist())
+        model = learner.engine.policy()
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        learner.train_step(rows)
+        deltas.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()]))
+    assert deltas[0].abs().max() > 0
+    assert torch.allclose(deltas[0], deltas[1], rtol=1e-4, atol=1e-7)
 
 
 # -- a teacher to learn from -------------------------------------------------------------------
