@@ -134,6 +134,15 @@ class Engine(abc.ABC):
         """
 
     @abc.abstractmethod
+    def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
+        """[S, T, V] the log-softmax over the vocabulary at each completion token's position (at
+        temperature 1: the model's own distribution, what a teacher's logprobs are compared with).
+
+        ``reference``: of the weights :meth:`keep_reference` kept (distillation keeps its teacher
+        there), no gradient.
+        """
+
+    @abc.abstractmethod
     def backward(self, loss: torch.Tensor) -> None:
         """Add ``loss``'s gradient; the learner has scaled it to its share of the global step."""
 

@@ -1,7 +1,7 @@
 """The trainer registry: a trainer name and a backend -> the function that builds its learner.
 
 ``agentgym train --trainer NAME --backend BACKEND`` looks the pair up here.
-Built in: ``grpo`` and ``sft``, each on the backends ``fsdp`` and ``trl``.
+Built in: ``grpo``, ``sft`` and ``distill``, each on the backends ``fsdp`` and ``trl``.
 An entry point is a function ``make(config, dist) -> Learner`` (see
 :mod:`agentgym.trainers.learner`); the run skeleton (:mod:`agentgym.trainers.run`)
 does everything else, so a trainer is a learner, a loss and its settings.
@@ -175,6 +175,10 @@ def _register_builtin() -> None:
                      description="GRPO: roll out, score by group, clipped policy-gradient step, push the weights.")
     register_trainer("sft", {"trl": "agentgym.trainers.sft:make_sft", "fsdp": "agentgym.trainers.sft:make_sft"},
                      description="Fine-tune on the successful episodes of rollout files.")
+    register_trainer("distill", {"fsdp": "agentgym.trainers.distill:make_distill",
+                                 "trl": "agentgym.trainers.distill:make_distill"},
+                     description="Distil a teacher: forward KL on rows of a file, or reverse KL on the student's "
+                                 "own episodes.")
 
 
 _register_builtin()

@@ -32,6 +32,8 @@ CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Success rate", ("success", "valid_actions")),
     ("Loss", ("loss",)),
     ("KL to the reference", ("kl",)),
+    ("KL to the teacher", ("forward_kl", "reverse_kl")),
+    ("Teacher logprob of the tokens", ("teacher_logprob",)),
     ("Entropy", ("entropy",)),
     ("Clip fraction", ("clip_fraction",)),
     ("Training tokens/s", ("train_tokens_per_s",)),

@@ -16,6 +16,7 @@
 | ``sft`` | the SFT learner | how an SFT batch runs |
 | ``native`` | the native (fsdp) backend | sequence packing |
 | ``experimental`` | the GRPO learner | options that did not win their comparison (docs/log.md); kept for the runs that use them |
+| ``distill`` | the distillation learner | the teacher and the KL to it |
 
 Each setting has one name, unique across sections, so ``-s lr=5e-4`` and
 ``-s optim.lr=5e-4`` mean the same. A setting's help is its docstring (pydantic
@@ -37,7 +38,8 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.seeds import read_seeds
 
 __all__ = [
-    "SECTIONS", "AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "ExperimentalSettings",
+    "SECTIONS", "AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "DistillSettings",
+    "ExperimentalSettings",
     "GRPOSettings", "LRSchedule", "LossAggregation", "ModelSettings", "NativeSettings", "OptimSettings",
     "OptimizerName", "RolloutSettings", "RunSettings", "SFTSettings", "ServerSettings", "TrainConfig",
     "WarmupSettings", "setting_help", "setting_rows", "settings_markdown",
@@ -61,9 +63,11 @@ class RunSettings(_Section):
     """The run: which trainer on which backend, its folder, length, budget, checkpoints and logs."""
 
     trainer: str = "grpo"
-    """Trainer: grpo (online RL) or sft (fine-tune on rows), or a plugin's."""
+    """Trainer: grpo (online RL), sft (fine-tune on rows) or distill (learn a teacher's distributions), or
+    a plugin's."""
     backend: str | None = None
-    """fsdp (native PyTorch, FSDP2 under torchrun) or trl; none: the trainer's default (grpo: fsdp, sft: trl)."""
+    """fsdp (native PyTorch, FSDP2 under torchrun) or trl; none: the trainer's default (grpo: fsdp, sft: trl,
+    distill: fsdp)."""
     out: str = "runs/train"
     """Run folder: settings, metrics, checkpoints, the final model, the report."""
     steps: int = Field(40, ge=1)
@@ -321,11 +325,42 @@ class ExperimentalSettings(_Section):
     """SFT: batches of rows of similar length instead of random ones."""
 
 
+class DistillSettings(_Section):
+    """Distillation: the teacher, and the KL the student learns from it."""
+
+    teacher: str | None = None
+    """Teacher loaded in this process: 'tiny', a folder or a hub id. It must share the student's
+    tokenizer."""
+    teacher_url: str | None = None
+    """Or the teacher behind an OpenAI-compatible server (ending in /v1) that returns vLLM's
+    prompt_logprobs: agentgym serve, or vLLM. Its context must hold a whole row plus one token."""
+    teacher_api_key: str = "EMPTY"
+    """API key of ``teacher_url``."""
+    teacher_model: str | None = None
+    """The teacher's model name at ``teacher_url`` (none: the first one it lists)."""
+    teacher_top_k: int | None = Field(None, ge=1, le=20)
+    """Offline: the forward KL over the teacher's top k tokens plus one bucket for the rest of its mass
+    (1 to 20); none: over the full vocabulary with the teacher in this process, 20 from a server."""
+    distill_loss: Literal["reverse_kl", "advantage"] = "reverse_kl"
+    """On-policy: reverse_kl: the per-token reverse KL to the teacher on the student's own tokens is the
+    loss; advantage: its negative is each token's advantage in GRPO's clipped policy loss (at GRPO's
+    default clip and importance correction)."""
+    teacher_concurrency: int = Field(16, ge=1)
+    """Requests in flight to ``teacher_url``."""
+
+    @model_validator(mode="after")
+    def _one_teacher(self) -> DistillSettings:
+        if self.teacher is not None and self.teacher_url is not None:
+            raise ValueError("give the teacher either in this process (teacher) or behind a server "
+                             "(teacher_url), not both")
+        return self
+
+
 #: section name -> its model, in the order help and docs show them
 SECTIONS: dict[str, type[_Section]] = {
     "run": RunSettings, "model": ModelSettings, "server": ServerSettings, "rollout": RolloutSettings,
     "optim": OptimSettings, "warmup": WarmupSettings, "grpo": GRPOSettings, "sft": SFTSettings,
-    "native": NativeSettings, "experimental": ExperimentalSettings,
+    "native": NativeSettings, "experimental": ExperimentalSettings, "distill": DistillSettings,
 }
 #: setting name -> its section (names are unique across sections)
 _OWNER: dict[str, str] = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
@@ -347,6 +382,7 @@ class TrainConfig(BaseModel):
     sft: SFTSettings = Field(default_factory=SFTSettings)
     native: NativeSettings = Field(default_factory=NativeSettings)
     experimental: ExperimentalSettings = Field(default_factory=ExperimentalSettings)
+    distill: DistillSettings = Field(default_factory=DistillSettings)
 
     def __init__(self, **values: Any) -> None:
         try:

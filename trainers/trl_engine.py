@@ -89,10 +89,8 @@ class TRLEngine(Engine):
     def policy(self) -> torch.nn.Module:
         return self.model
 
-    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        from trl.trainer.utils import entropy_from_logits, selective_log_softmax
-
+    def _kept_logits(self, batch: MicroBatch, reference: bool) -> torch.Tensor:
+        """[R, K, V] float logits at the positions that predict completion tokens."""
         if batch.attention_mask is None:
             raise ConfigError("The trl backend does not pack sequences (native.pack_sequences is fsdp's).")
         model = self.reference if reference else self.model
@@ -102,7 +100,19 @@ class TRLEngine(Engine):
         with (torch.no_grad() if reference else contextlib.nullcontext()), self.trainer.accelerator.autocast():
             logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
                            use_cache=False).logits
-        kept = logits[:, batch.keep.to(device)].float()
+        return logits[:, batch.keep.to(device)].float()
+
+    def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
+        kept = self._kept_logits(batch, reference)
+        per_token = kept.reshape(-1, kept.shape[-1])[batch.token_index.to(kept.device)]
+        return torch.log_softmax(per_token, dim=-1)
+
+    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        from trl.trainer.utils import entropy_from_logits, selective_log_softmax
+
+        device = self.trainer.accelerator.device
+        kept = self._kept_logits(batch, reference)
         temperature = self.config.rollout.temperature
         if temperature > 0 and temperature != 1.0:  # the server sampled from this distribution
             kept = kept / temperature

@@ -60,7 +60,8 @@ def train_command(
     assignments: Annotated[list[str], typer.Option("--set", "-s", help=_SET_HELP)] = [],  # noqa: B006
     settings: Annotated[bool, typer.Option("--settings", help="List every setting with its default and meaning, then exit.")] = False,
 ) -> None:
-    """Train a model on an env with RL (GRPO) or on rollout files (SFT); log, checkpoint, push weights."""
+    """Train a model on an env with RL (GRPO), on rollout files (SFT), or from a teacher (distill); log,
+    checkpoint, push weights."""
     if settings:
         _print_settings()
         return

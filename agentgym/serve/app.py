@@ -3,7 +3,8 @@
 Routes (OpenAI, then vLLM's extensions, then agentgym's):
 
 * ``GET /v1/models``, ``POST /v1/completions`` (text or token-id prompts,
-  one or many), ``POST /v1/chat/completions`` (SSE when ``stream``);
+  one or many; vLLM's ``prompt_logprobs``, computed by a forward pass of
+  each prompt of its own), ``POST /v1/chat/completions`` (SSE when ``stream``);
 * ``GET /health``, ``GET /version``, ``POST /tokenize``, ``POST /detokenize``,
   ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``,
   ``POST /collective_rpc`` (``reload_weights`` only) and
@@ -36,6 +37,7 @@ rather than served.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import logging
 import secrets
@@ -337,6 +339,13 @@ def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
         generation = engine.submit(prompts, params, n=req.n, adapter=adapter, stream=bool(req.stream))
         if req.stream:
             return _sse(completion_stream(engine, job, generation))
+        if req.prompt_logprobs is not None:
+            try:
+                scored = await engine.prompt_logprobs(prompts, req.prompt_logprobs, adapter=adapter)
+            except BaseException:
+                generation.cancel()
+                raise
+            job = dataclasses.replace(job, prompt_logprobs=scored)
         done = await _result(request, generation)
         return _json(await asyncio.to_thread(completion_response, engine, job, done))
 

@@ -344,6 +344,23 @@ class Engine:
         """The ``n`` finished choices for one prompt."""
         return await self.submit([prompt_ids], params, n=n, adapter=adapter).result()
 
+    async def prompt_logprobs(self, prompts: Seq[Seq[int]], k: int, *, adapter: str | None = None
+                              ) -> list[list[dict[int, tuple[float, int]] | None]]:
+        """vLLM's ``prompt_logprobs`` of each prompt: per token (None for the first), its own logprob and
+        vocabulary rank, and those of the ``k`` most likely tokens there, by token id.
+
+        The raw model's log-softmax (temperature 1), as vLLM computes prompt logprobs. One forward
+        pass per prompt in the engine thread, between two decode steps: the prefix cache and the
+        running batch are left alone.
+        """
+        model = self._models[adapter]
+
+        def score() -> list[list[dict[int, tuple[float, int]] | None]]:
+            return [_prompt_logprobs(model, list(prompt), k, self.device) for prompt in prompts]
+
+        self.start()
+        return await asyncio.wrap_future(self._scheduler.call(score, drain=False))
+
     # ----------------------------------------------------------- weights ---
 
     async def update_weights(self, weights_path: str, version: int | None = None) -> WeightUpdate:
@@ -402,6 +419,27 @@ class Engine:
             self._clear_prefix_cache()  # and hand the merged copy's memory back
 
         await asyncio.wrap_future(self._scheduler.call(apply))
+
+
+def _prompt_logprobs(model: torch.nn.Module, prompt: list[int], k: int, device: torch.device
+                     ) -> list[dict[int, tuple[float, int]] | None]:
+    """One prompt's entries (see :meth:`Engine.prompt_logprobs`): the token first, then the top ``k``
+    (a token among them keeps its top-k rank, as vLLM's dict does)."""
+    ids = torch.tensor([prompt], device=device)
+    logits = model(input_ids=ids, use_cache=False).logits[0, :-1].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    targets = ids[0, 1:].unsqueeze(-1)
+    own = logprobs.gather(-1, targets)
+    ranks = (logprobs >= own).sum(dim=-1).tolist()  # vLLM counts ties as ahead
+    top_values, top_ids = logprobs.topk(k, dim=-1) if k else (logprobs[:, :0], targets[:, :0])
+    entries: list[dict[int, tuple[float, int]] | None] = [None]
+    for position, (token, value) in enumerate(zip(targets[:, 0].tolist(), own[:, 0].tolist())):
+        entry = {token: (max(value, -9999.0), ranks[position])}
+        for rank, (other, other_value) in enumerate(zip(top_ids[position].tolist(),
+                                                        top_values[position].tolist()), start=1):
+            entry[other] = (max(other_value, -9999.0), rank)
+        entries.append(entry)
+    return entries
 
 
 def _max_model_len(config: PretrainedConfig, requested: int | None) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 from agentgym.errors import InvalidRequestError
 from agentgym.serve.engine import Engine
 from agentgym.serve.protocol import ChatCompletionRequest, CompletionRequest, RequestMessage
-from agentgym.serve.sampling import SamplingParams
+from agentgym.serve.sampling import MAX_LOGPROBS, SamplingParams
 
 __all__ = ["MAX_STOP_CHARS", "MAX_STOP_STRINGS", "chat_messages", "chat_params", "completion_params", "prompt_ids", "refuse_chat_extras"]
 
@@ -47,8 +47,20 @@ def completion_params(req: CompletionRequest) -> SamplingParams:
     for field, unset in (("echo", False), ("suffix", ""), ("best_of", 1), ("logit_bias", {}),
                          ("frequency_penalty", 0.0), ("presence_penalty", 0.0)):
         _refuse(field, getattr(req, field), unset)
+    _check_prompt_logprobs(req)
     max_tokens = 16 if req.max_tokens is None else req.max_tokens
     return _params(req, max_tokens=max_tokens, logprobs=req.logprobs)
+
+
+def _check_prompt_logprobs(req: CompletionRequest) -> None:
+    """vLLM's bounds: 0 to its default ``max_logprobs`` (20), never with ``stream``."""
+    if req.prompt_logprobs is None:
+        return
+    if req.stream:
+        raise InvalidRequestError("prompt_logprobs are not available when stream=True.", param="prompt_logprobs")
+    if not 0 <= req.prompt_logprobs <= MAX_LOGPROBS:
+        raise InvalidRequestError(f"prompt_logprobs must be between 0 and {MAX_LOGPROBS}, got "
+                                  f"{req.prompt_logprobs}.", param="prompt_logprobs")
 
 
 def refuse_chat_extras(req: ChatCompletionRequest) -> None:

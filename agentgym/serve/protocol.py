@@ -12,6 +12,10 @@ both servers. The extensions RL needs:
   and ``token_ids`` on each choice (the ids of that chunk when streaming).
 * ``stop_reason`` (choice): the stop string or stop token id that ended the
   choice, None for EOS or length.
+* ``prompt_logprobs`` (completions request, an int k): each choice carries, per
+  prompt token (None for the first), a dict from token id to ``{logprob, rank,
+  decoded_token}`` holding that token and the k most likely ones: the raw
+  model's log-softmax, whatever the temperature (as vLLM). Not with ``stream``.
 * ``policy_version`` (response, every chunk): the weights version that
   generated every token of the response. agentgym's own extension: vLLM does
   not send it, so clients must treat it as optional.
@@ -63,6 +67,7 @@ __all__ = [
     "UnloadLoRAAdapterRequest",
     "UpdateWeightsRequest",
     "UpdateWeightsResponse",
+    "PromptLogprob",
     "PromptTokenUsageInfo",
     "UsageInfo",
 ]
@@ -166,6 +171,7 @@ class CompletionRequest(_Request):
     ignore_eos: bool = False  # ext: vLLM, keep sampling past EOS
     skip_special_tokens: bool = True  # ext: vLLM, drop special tokens from `text`
     return_token_ids: bool | None = None  # ext: vLLM, prompt_token_ids/token_ids on each choice
+    prompt_logprobs: int | None = None  # ext: vLLM, the prompt tokens' logprobs and the top this many
 
 
 class CompletionLogProbs(_Response):
@@ -175,6 +181,15 @@ class CompletionLogProbs(_Response):
     top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
 
 
+class PromptLogprob(_Response):
+    """One entry of vLLM's ``prompt_logprobs``: a token's logprob, its rank in the vocabulary (1: the
+    most likely; ties count as ahead) and its text."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
 class CompletionResponseChoice(_Response):
     index: int
     text: str
@@ -182,6 +197,8 @@ class CompletionResponseChoice(_Response):
     finish_reason: str | None = None
     stop_reason: int | str | None = None  # ext: vLLM, the stop string or token id hit
     token_ids: list[int] | None = None  # ext: vLLM, sampled ids (with return_token_ids)
+    # ext: vLLM, per prompt token (None for the first): its own entry and the top prompt_logprobs, by token id
+    prompt_logprobs: list[dict[int, PromptLogprob] | None] | None = None
     prompt_token_ids: list[int] | None = None  # ext: vLLM, the prompt ids (with return_token_ids)
 
 

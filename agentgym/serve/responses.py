@@ -33,6 +33,7 @@ from agentgym.serve.protocol import (
     DeltaMessage,
     ErrorInfo,
     ErrorResponse,
+    PromptLogprob,
     PromptTokenUsageInfo,
     UsageInfo,
 )
@@ -62,6 +63,8 @@ class Job:
     logprobs: int | None  # None: no logprobs; else how many alternatives
     return_token_ids: bool
     include_usage: bool = False
+    prompt_logprobs: list[list[dict[int, tuple[float, int]] | None]] | None = None
+    """per prompt, vLLM's prompt_logprobs as (logprob, rank) by token id (asked for with prompt_logprobs)"""
 
 
 def _entries(engine: Engine, token: int, logprob: float,
@@ -124,6 +127,15 @@ def _version(updates: Sequence[SequenceUpdate]) -> int | None:
     return max((update.policy_version for update in updates), default=None)
 
 
+def _prompt_logprobs(engine: Engine, job: Job, prompt: int) -> list[dict[int, PromptLogprob] | None] | None:
+    if job.prompt_logprobs is None:
+        return None
+    return [None if entry is None else
+            {token: PromptLogprob(logprob=value, rank=rank, decoded_token=engine.token_text(token))
+             for token, (value, rank) in entry.items()}
+            for entry in job.prompt_logprobs[prompt]]
+
+
 def completion_response(engine: Engine, job: Job, updates: list[SequenceUpdate]) -> CompletionResponse:
     """The non-streamed ``/v1/completions`` response."""
     choices = []
@@ -133,6 +145,7 @@ def completion_response(engine: Engine, job: Job, updates: list[SequenceUpdate])
             logprobs=None if job.logprobs is None else completion_logprobs(engine, update, job.logprobs),
             finish_reason=update.finish_reason, stop_reason=update.stop_reason,
             token_ids=update.token_ids if job.return_token_ids else None,
+            prompt_logprobs=_prompt_logprobs(engine, job, update.index // job.n),
             prompt_token_ids=job.prompts[update.index // job.n] if job.return_token_ids else None))
     generated = sum(len(update.token_ids) for update in updates)
     return CompletionResponse(model=job.model, choices=choices,

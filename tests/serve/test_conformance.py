@@ -4,7 +4,8 @@ Driven with the real ``openai`` client (and raw HTTP where the client would
 hide what the server sent). What the rollout client relies on is checked on
 both servers alike: token-id prompts, ``return_token_ids``
 (``prompt_token_ids`` / ``token_ids`` on each completion choice), logprobs,
-streaming, ``n``, seeds, stop strings, and the OpenAI error shape.
+streaming, ``n``, seeds, stop strings, vLLM's ``prompt_logprobs``, and the OpenAI
+error shape.
 """
 
 from __future__ import annotations
@@ -98,6 +99,40 @@ def test_greedy_tokens_and_logprobs_are_the_models_own(server: RunningServer, ti
     assert choice.logprobs.token_logprobs == pytest.approx(expected_logprobs, abs=1e-3)
     for value, top in zip(choice.logprobs.token_logprobs, choice.logprobs.top_logprobs, strict=True):
         assert list(top.values()) == pytest.approx([value])  # the sampled token is the top one
+
+
+def test_prompt_logprobs_are_the_models_own(server: RunningServer, tiny_model: str) -> None:
+    """vLLM's prompt_logprobs: per prompt token (None for the first) a dict by token id of that token and
+    the top k, each with its logprob (the raw log-softmax, whatever the temperature), its rank and text.
+    What a distillation teacher behind a server answers with."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    prompt = [1, 40, 41, 42, 43, 44]
+    with server.client() as client:
+        response = client.completions.create(model=server.model_name, prompt=prompt, max_tokens=1,
+                                             temperature=0.7, extra_body={"prompt_logprobs": 3})
+    entries = response.choices[0].model_dump()["prompt_logprobs"]
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        reference = torch.log_softmax(model(input_ids=torch.tensor([prompt])).logits[0].float(), dim=-1)
+    assert len(entries) == len(prompt) and entries[0] is None
+    for position, entry in enumerate(entries[1:], start=1):
+        expected = reference[position - 1]
+        own = entry[str(prompt[position])]
+        assert own["logprob"] == pytest.approx(expected[prompt[position]].item(), abs=1e-3)
+        assert own["rank"] == int((expected >= expected[prompt[position]]).sum())
+        top = sorted((value["rank"], int(token)) for token, value in entry.items() if value["rank"] <= 3)
+        assert [token for _, token in top] == expected.topk(3).indices.tolist()
+        assert len(entry) in (3, 4) and all(isinstance(value["decoded_token"], str) for value in entry.values())
+        for token, value in entry.items():
+            assert value["logprob"] == pytest.approx(expected[int(token)].item(), abs=1e-3)
+
+
+def test_prompt_logprobs_are_refused_when_streaming(server: RunningServer) -> None:
+    with server.client() as client, pytest.raises(openai.BadRequestError, match="prompt_logprobs"):
+        client.completions.create(model=server.model_name, prompt=GREEDY_PROMPT, max_tokens=2, stream=True,
+                                  extra_body={"prompt_logprobs": 2})
 
 
 def _greedy_reference(model_dir: str, prompt: list[int], steps: int) -> tuple[list[int], list[float]]:

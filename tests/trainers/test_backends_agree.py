@@ -91,3 +91,48 @@ def test_fsdp_and_trl_take_the_same_sft_step(make_row: Any, tmp_path: Any) -> No
     assert native["loss"] == pytest.approx(trl["loss"], rel=1e-5)
     assert native["grad_norm"] == pytest.approx(trl["grad_norm"], rel=1e-5)
     assert torch.allclose(native_delta, trl_delta, rtol=1e-4, atol=1e-7)
+
+
+@pytest.fixture(scope="module")
+def teacher_folder(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A slightly trained copy of the tiny model: a teacher both backends load."""
+    from transformers import AutoTokenizer
+
+    from trainer_helpers import load_model, train_a_little
+
+    folder = tmp_path_factory.mktemp("teacher")
+    train_a_little(load_model(tiny_model), steps=3, lr=0.02).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_model).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["offline-full", "offline-top-k", "reverse_kl", "advantage"])
+def test_fsdp_and_trl_take_the_same_distillation_step(make_row: Any, teacher_folder: str, mode: str,
+                                                      tmp_path: Any) -> None:
+    """Same rows, same teacher: the same KL, loss and update on both backends, offline and on-policy."""
+    from agentgym.trainers.distill import DistillLearner
+
+    rows = _rows(make_row)
+    source = ({"trajectories": "unused.parquet"} if mode.startswith("offline")
+              else {"env_id": "Bandit-LLM-v0", "distill_loss": mode})
+    extra = {"teacher_top_k": 4} if mode == "offline-top-k" else {}
+    results = {}
+    for backend in ("fsdp", "trl"):
+        config = TrainConfig.from_dict({
+            **source, **extra, "trainer": "distill", "backend": backend, "out": str(tmp_path / backend),
+            "teacher": teacher_folder, "optimizer": "sgd", "lr": 1.0, "max_grad_norm": 0.0,
+            "lr_schedule": "constant", "micro_batch_size": 3})
+        learner = build_learner(DistillLearner, config, Dist())
+        model = learner.engine.policy()
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        metrics = learner.train_step(rows)
+        delta = torch.cat([(p.detach() - before[name]).flatten() for name, p in model.named_parameters()])
+        results[backend] = (metrics, delta)
+    (native, native_delta), (trl, trl_delta) = results["fsdp"], results["trl"]
+    kl = "forward_kl" if mode.startswith("offline") else "reverse_kl"
+    assert native[kl] > 0
+    for name in ("loss", kl, "teacher_logprob", "grad_norm"):
+        assert native[name] == pytest.approx(trl[name], rel=1e-5, abs=1e-7), name
+    assert native["grad_norm"] > 0
+    assert torch.allclose(native_delta, trl_delta, rtol=1e-4, atol=1e-7)

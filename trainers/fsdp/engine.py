@@ -45,16 +45,30 @@ class NativeEngine(Engine):
     def policy(self) -> torch.nn.Module:
         return self.model
 
-    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _chosen(self, reference: bool) -> torch.nn.Module:
         model = self.reference if reference else self.model
         if model is None:
             raise RuntimeError("no KL reference was kept (kl_coef is 0)")
+        return model
+
+    def _kept_logits(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        """[R, K, V] float logits at the positions that predict completion tokens."""
+        output = model(input_ids=batch.input_ids, position_ids=batch.position_ids,
+                       attention_mask=self._attention_mask(model, batch), logits_to_keep=batch.keep,
+                       use_cache=False)
+        return output.logits.float()
+
+    def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
+        model = self._chosen(reference)
         with torch.no_grad() if reference else torch.enable_grad():
-            output = model(input_ids=batch.input_ids, position_ids=batch.position_ids,
-                           attention_mask=self._attention_mask(model, batch), logits_to_keep=batch.keep,
-                           use_cache=False)
-            logits = output.logits.float()
+            logits = self._kept_logits(model, batch)
+            return torch.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=-1)[batch.token_index]
+
+    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        model = self._chosen(reference)
+        with torch.no_grad() if reference else torch.enable_grad():
+            logits = self._kept_logits(model, batch)
             temperature = self.config.rollout.temperature
             if temperature > 0 and temperature != 1.0:  # the server sampled from this distribution
                 logits = logits / temperature
