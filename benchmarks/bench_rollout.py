@@ -16,19 +16,51 @@ drive at that cost. Where the ideal is above it (50 ms at concurrency 256 asks
 for 5,120 turns/s, five cores' worth at 1 ms a turn), the manager is CPU-bound
 and only more processes (Ray actors, issue 7) get closer; the slower delays
 show how near the ideal it comes when the CPU is not the limit.
-Targets (issue 3): at least 90% of ideal, under 1 ms CPU per turn.
+"Bare request" is the CPU of the least a turn can cost: one aiohttp POST of the same
+kind of body (a prompt of token ids, orjson) to the same stub, its JSON read, as many
+requests as the manager made turns, at the same concurrency, in the same run; "x bare"
+is the manager's CPU per turn over it.
+Targets (issue 3): at least 90% of ideal, under 1 ms CPU per turn; (issue 40) within 2x
+of a bare request.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import platform
+import time
+
+import aiohttp
+import orjson
 
 from stub_rollout import move_stub, tiny_renderer, warm_then_time
 
 from agentgym.rollout.chat import ChatRenderer
+
+
+async def bare_requests(base_url: str, requests: int, concurrency: int, prompt_tokens: int = 200) -> None:
+    """``requests`` plain completion requests, ``concurrency`` at a time: what any client pays."""
+    body = orjson.dumps({"model": "stub", "prompt": list(range(prompt_tokens)), "max_tokens": 16,
+                         "return_token_ids": True, "logprobs": 1})
+    limit = asyncio.Semaphore(concurrency)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def one() -> None:
+            async with limit, session.post(f"{base_url}/completions", data=body,
+                                           headers={"Content-Type": "application/json"}) as reply:
+                orjson.loads(await reply.read())
+        await asyncio.gather(*(one() for _ in range(requests)))
+
+
+def bare_cpu_per_request(base_url: str, requests: int, concurrency: int) -> float:
+    """This process's CPU seconds per bare request (after a short untimed warm-up)."""
+    asyncio.run(bare_requests(base_url, 8, 4))
+    cpu = time.process_time()
+    asyncio.run(bare_requests(base_url, requests, concurrency))
+    return (time.process_time() - cpu) / requests
 
 
 def measure(renderer: ChatRenderer, args: argparse.Namespace, delay: float) -> str:
@@ -36,10 +68,12 @@ def measure(renderer: ChatRenderer, args: argparse.Namespace, delay: float) -> s
     with move_stub(renderer, delay) as stub:
         turns, _, wall, cpu = warm_then_time([stub.base_url], renderer, args,
                                              before=gc.freeze if args.freeze_gc else None)
+        bare_ms = bare_cpu_per_request(stub.base_url, turns, args.concurrency) * 1000
     ideal = args.concurrency / delay
     cpu_ms = cpu / turns * 1000
     return (f"| {delay * 1000:g} | {args.episodes} | {turns} | {wall:.1f} | {turns / wall:,.0f} | "
-            f"{ideal:,.0f} | {turns / wall / ideal:.0%} | {cpu_ms:.2f} | {1000 / cpu_ms:,.0f} |")
+            f"{ideal:,.0f} | {turns / wall / ideal:.0%} | {cpu_ms:.2f} | {1000 / cpu_ms:,.0f} | "
+            f"{bare_ms:.3f} | {cpu_ms / bare_ms:.1f} |")
 
 
 def main() -> None:
@@ -56,8 +90,8 @@ def main() -> None:
     print(f"# bench_rollout: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, concurrency {args.concurrency}\n")
     print("| stub delay ms | episodes | turns | wall s | turns/s | ideal turns/s | % of ideal "
-          "| CPU ms per turn | 1-core ceiling turns/s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| CPU ms per turn | 1-core ceiling turns/s | bare request CPU ms | x bare |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(rows))
 
 

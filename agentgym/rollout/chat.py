@@ -17,6 +17,7 @@ For a ChatML template the pieces are::
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from agentgym.errors import ConfigError
@@ -24,6 +25,32 @@ from agentgym.errors import ConfigError
 __all__ = ["ChatRenderer"]
 
 _PROBE_USER, _PROBE_ASSISTANT = "Probe question.", "Probe answer."
+#: Replies kept rendered, and the longest one kept. Envs repeat their replies (an invalid
+#: move's note, a board seen again, the same level across a group), so most turns hit; the
+#: bounds keep an env that never repeats itself, or writes huge replies, from growing memory
+#: (at most about 2,048 x 2,048 characters and their ids).
+REPLY_CACHE_SIZE, REPLY_CACHE_MAX_CHARS = 2048, 2048
+#: System prompts kept spliced (a run has one or a few: the env's instructions).
+_SYSTEM_CACHE_SIZE = 16
+
+
+class _Bounded(OrderedDict):
+    """A least-recently-used mapping of at most ``size`` entries."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def get_recent(self, key: Any) -> Any:
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
 
 
 class ChatRenderer:
@@ -43,6 +70,8 @@ class ChatRenderer:
         self._base = self._render(self._probe(with_reply=False), generation_prompt=False)
         self._turn_suffix = self._after_last_eos(self._base)
         self._splice = self._splice_template()
+        self._replies: _Bounded = _Bounded(REPLY_CACHE_SIZE)
+        self._systems: _Bounded = _Bounded(_SYSTEM_CACHE_SIZE)
 
     @classmethod
     def for_model(cls, model: str) -> ChatRenderer:
@@ -88,9 +117,46 @@ class ChatRenderer:
         return ids[last + 1 :]
 
     def prompt_ids(self, system: str, user: str) -> list[int]:
-        """The first prompt: instructions, the task, the assistant header."""
+        """The first prompt: instructions, the task, the assistant header.
+
+        The instructions are rendered once per distinct system prompt (a run's are fixed);
+        each episode then encodes only its own task (see :meth:`_system_splice`).
+        """
+        splice = self._systems.get_recent(system)
+        if splice is None:
+            splice = self._system_splice(system)
+            self._systems.put(system, splice)
+        if splice is False:
+            return self._render_prompt(system, user)
+        head_ids, before, after = splice
+        return head_ids + self._encode(before + user + after)
+
+    def _render_prompt(self, system: str, user: str) -> list[int]:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         return self._render(messages, generation_prompt=True)
+
+    def _system_splice(self, system: str) -> tuple[list[int], str, str] | bool:
+        """How to encode a prompt under ``system`` by splicing the task's text, or False.
+
+        As :meth:`_splice_template` does for replies: the text before the task is cut at its
+        last special token (nothing merges across one), the ids before the cut (the system
+        prompt, the bulk of the tokens) are kept, and the splice is used only if it gives the
+        template's very ids on awkward tasks.
+        """
+        marker = "\x00agentgym-task\x00"
+        text = self.tokenizer.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": marker}],
+            add_generation_prompt=True, tokenize=False)
+        if text.count(marker) != 1:
+            return False
+        before, after = text.split(marker)
+        cut = max((before.rfind(token) for token in self._special_texts()), default=-1)
+        head, before = (before[:cut], before[cut:]) if cut > 0 else ("", before)
+        head_ids = self._encode(head) if head else []
+        for sample in ["", " x ", "\nLevel:\n#P_O#\n", "héllo  wörld\t", "<answer>Up</answer>", "12 || 3"]:
+            if head_ids + self._encode(before + sample + after) != self._render_prompt(system, sample):
+                return False
+        return head_ids, before, after
 
     def close_turn_ids(self, sampled: list[int]) -> list[int]:
         """Ids that end an assistant turn after ``sampled`` (eos if missing, then the suffix)."""
@@ -138,7 +204,17 @@ class ChatRenderer:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def reply_ids(self, observation: str) -> list[int]:
-        """Ids of the env's reply as the next user turn, up to the assistant header."""
+        """Ids of the env's reply as the next user turn, up to the assistant header
+        (each distinct reply is encoded once, within the cache's bounds)."""
+        cached = self._replies.get_recent(observation)
+        if cached is not None:
+            return list(cached)
+        ids = self._reply_ids(observation)
+        if len(observation) <= REPLY_CACHE_MAX_CHARS:
+            self._replies.put(observation, tuple(ids))
+        return ids
+
+    def _reply_ids(self, observation: str) -> list[int]:
         if self._splice is not None:
             before, after, base = self._splice
             full = self._encode(before + observation + after)
