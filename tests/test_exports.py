@@ -88,6 +88,7 @@ _TRAINER_API = {
     "agentgym.trainers.sft": {"SFTBatches", "SFTLearner", "length_grouped_order", "make_sft", "random_batch_order",
                               "sft_passes", "sft_update", "trajectory_files"},
     "agentgym.trainers.distill": {"DistillLearner", "make_distill"},
+    "agentgym.trainers.dpo": {"DPOLearner", "Pair", "make_dpo", "pair_file_rows", "preference_pairs"},
     "agentgym.trainers.distill_losses": {"forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "teacher_top_k"},
     "agentgym.trainers.teachers": {"InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"},
     "agentgym.trainers.fsdp.engine": {"NativeEngine"},

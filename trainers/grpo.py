@@ -84,6 +84,10 @@ class GRPOLearner(Learner):
         self.loss_config = config.loss_config()
         self._old: dict[int, torch.Tensor] = {}
 
+    @property
+    def needs_reference(self) -> bool:  # type: ignore[override]
+        return self.loss_config.kl_coef > 0
+
     # -- the pieces of a step -----------------------------------------------------
 
     def compute_advantages(self, rows: Sequence[TrajectoryRow], per_turn: dict[str, list[float]] | None = None

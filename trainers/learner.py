@@ -65,6 +65,8 @@ class Learner(abc.ABC):
     ignored: frozenset[str] = frozenset()
     #: where its rows come from: "episodes" (played, or whole groups of a file) or "batches" (of a file)
     data: Literal["episodes", "batches"] = "episodes"
+    #: whether the skeleton keeps the model the run starts from as the reference (and in OUT/reference)
+    needs_reference: bool = False
 
     def __init__(self, config: TrainConfig, engine: Engine) -> None:
         self.config = config
@@ -73,6 +75,12 @@ class Learner(abc.ABC):
     @abc.abstractmethod
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         """Learn from one step's rows (every rank gets the same rows); the step's metrics."""
+
+    def read_recorded(self, path: str) -> list[TrajectoryRow]:
+        """The rows of ``--trajectories`` (whole groups are taken from them): a rollout file's."""
+        from agentgym.rollout.storage import read_rows
+
+        return list(read_rows(path))
 
     @property
     def version(self) -> int:

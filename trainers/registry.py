@@ -173,6 +173,8 @@ def load_trainer_plugins() -> list[str]:
 def _register_builtin() -> None:
     register_trainer("grpo", {"fsdp": "agentgym.trainers.grpo:make_grpo", "trl": "agentgym.trainers.grpo:make_grpo"},
                      description="GRPO: roll out, score by group, clipped policy-gradient step, push the weights.")
+    register_trainer("dpo", {"fsdp": "agentgym.trainers.dpo:make_dpo", "trl": "agentgym.trainers.dpo:make_dpo"},
+                     description="DPO on preference pairs: episodes of a group ranked by reward, or a pairs file.")
     register_trainer("sft", {"trl": "agentgym.trainers.sft:make_sft", "fsdp": "agentgym.trainers.sft:make_sft"},
                      description="Fine-tune on the successful episodes of rollout files.")
     register_trainer("distill", {"fsdp": "agentgym.trainers.distill:make_distill",

@@ -34,6 +34,8 @@ CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("KL to the reference", ("kl",)),
     ("KL to the teacher", ("forward_kl", "reverse_kl")),
     ("Teacher logprob of the tokens", ("teacher_logprob",)),
+    ("DPO: implicit rewards", ("chosen_reward", "rejected_reward", "reward_margin")),
+    ("DPO: held-out pair accuracy", ("reward_accuracy",)),
     ("Entropy", ("entropy",)),
     ("Clip fraction", ("clip_fraction",)),
     ("Training tokens/s", ("train_tokens_per_s",)),

@@ -98,11 +98,12 @@ class OfflineGroups:
     so a step trains on the same rows whichever backend runs it.
     """
 
-    def __init__(self, path: str, episodes_per_step: int) -> None:
+    def __init__(self, path: str, episodes_per_step: int, rows: list[TrajectoryRow] | None = None) -> None:
+        """``rows``: the file's rows as the learner read them (None: read ``path`` as a rollout file)."""
         from agentgym.rollout.storage import read_rows
 
         groups: OrderedDict[tuple[str, int, int], list[TrajectoryRow]] = OrderedDict()
-        for row in read_rows(path):
+        for row in read_rows(path) if rows is None else rows:
             if row.error is None:
                 groups.setdefault((row.env_id, row.seed, row.group_id), []).append(row)
         if not groups:

@@ -154,7 +154,8 @@ def _recorded_rows(config: TrainConfig, learner: Learner) -> SFTBatches | Offlin
     if learner.data == "batches":
         return SFTBatches(config)
     if config.rollout.trajectories is not None:
-        return OfflineGroups(config.rollout.trajectories, config.rollout.episodes_per_step)
+        path = config.rollout.trajectories
+        return OfflineGroups(path, config.rollout.episodes_per_step, learner.read_recorded(path))
     return None
 
 
@@ -243,7 +244,7 @@ def _warm_up(config: TrainConfig, learner: Learner, serving: Serving, state: Loo
 def _keep_reference(config: TrainConfig, learner: Learner) -> None:
     """The KL reference is the model RL starts from (after the warm-up): kept in memory, and in
     ``OUT/reference`` so that a resumed run compares against the same weights."""
-    if config.grpo.kl_coef <= 0 or "grpo" not in learner.sections:
+    if not learner.needs_reference:
         return
     folder = Path(config.run.out) / "reference"
     if config.run.resume and (folder / "config.json").exists():

@@ -17,6 +17,7 @@
 | ``native`` | the native (fsdp) backend | sequence packing |
 | ``experimental`` | the GRPO learner | options that did not win their comparison (docs/log.md); kept for the runs that use them |
 | ``distill`` | the distillation learner | the teacher and the KL to it |
+| ``dpo`` | the DPO learner | preference pairs and the DPO loss |
 
 Each setting has one name, unique across sections, so ``-s lr=5e-4`` and
 ``-s optim.lr=5e-4`` mean the same. A setting's help is its docstring (pydantic
@@ -38,7 +39,7 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.seeds import read_seeds
 
 __all__ = [
-    "SECTIONS", "AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "DistillSettings",
+    "SECTIONS", "AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "DPOSettings", "DistillSettings",
     "ExperimentalSettings",
     "GRPOSettings", "LRSchedule", "LossAggregation", "ModelSettings", "NativeSettings", "OptimSettings",
     "OptimizerName", "RolloutSettings", "RunSettings", "SFTSettings", "ServerSettings", "TrainConfig",
@@ -356,11 +357,29 @@ class DistillSettings(_Section):
         return self
 
 
+class DPOSettings(_Section):
+    """DPO: which episodes pair up, and the loss on each pair."""
+
+    beta: float = Field(0.1, gt=0)
+    """DPO's beta: how far the policy may move from the reference (the model the run starts from);
+    for IPO, its tau."""
+    dpo_loss: Literal["sigmoid", "ipo"] = "sigmoid"
+    """sigmoid: -log sigmoid(beta x the margin of the summed log-ratios) (Rafailov et al. 2023);
+    ipo: (the margin of the per-token mean log-ratios - 1 / (2 beta))^2 (Azar et al. 2023), as TRL."""
+    pairs: Literal["best_worst", "all"] = "best_worst"
+    """Pairs of a group (one seed): best_worst: its highest-reward episode against its lowest; all:
+    every two of its episodes, the higher reward chosen. Either way only where the rewards differ by
+    more than ``pair_margin``."""
+    pair_margin: float = Field(0.0, ge=0)
+    """A pair's rewards must differ by more than this."""
+
+
 #: section name -> its model, in the order help and docs show them
 SECTIONS: dict[str, type[_Section]] = {
     "run": RunSettings, "model": ModelSettings, "server": ServerSettings, "rollout": RolloutSettings,
     "optim": OptimSettings, "warmup": WarmupSettings, "grpo": GRPOSettings, "sft": SFTSettings,
     "native": NativeSettings, "experimental": ExperimentalSettings, "distill": DistillSettings,
+    "dpo": DPOSettings,
 }
 #: setting name -> its section (names are unique across sections)
 _OWNER: dict[str, str] = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
@@ -383,6 +402,7 @@ class TrainConfig(BaseModel):
     native: NativeSettings = Field(default_factory=NativeSettings)
     experimental: ExperimentalSettings = Field(default_factory=ExperimentalSettings)
     distill: DistillSettings = Field(default_factory=DistillSettings)
+    dpo: DPOSettings = Field(default_factory=DPOSettings)
 
     def __init__(self, **values: Any) -> None:
         try:

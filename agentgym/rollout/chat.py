@@ -17,6 +17,7 @@ For a ChatML template the pieces are::
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -35,22 +36,26 @@ _SYSTEM_CACHE_SIZE = 16
 
 
 class _Bounded(OrderedDict):
-    """A least-recently-used mapping of at most ``size`` entries."""
+    """A least-recently-used mapping of at most ``size`` entries; safe to share between threads
+    (an asynchronous run renders in its rollout thread)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
+        self._lock = threading.Lock()
 
     def get_recent(self, key: Any) -> Any:
-        value = self.get(key)
-        if value is not None:
-            self.move_to_end(key)
-        return value
+        with self._lock:
+            value = self.get(key)
+            if value is not None:
+                self.move_to_end(key)
+            return value
 
     def put(self, key: Any, value: Any) -> None:
-        self[key] = value
-        if len(self) > self.size:
-            self.popitem(last=False)
+        with self._lock:
+            self[key] = value
+            if len(self) > self.size:
+                self.popitem(last=False)
 
 
 class ChatRenderer:
