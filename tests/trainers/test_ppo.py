@@ -65,3 +65,88 @@ def test_whitening_and_explained_variance_worked_by_hand() -> None:
     returns = torch.tensor([1.0, 2.0, 3.0])
     assert explained_variance(returns, torch.tensor([1.0, 2.0, 2.0]), torch.ones(3)) == pytest.approx(2 / 3)
     assert explained_variance(returns, returns, torch.ones(3)) == pytest.approx(1.0)
+
+
+# -- the learner -------------------------------------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from agentgym.trainers.run import train  # noqa: E402
+from agentgym.trainers.settings import TrainConfig  # noqa: E402
+
+
+def _config(tmp_path: Path, **settings: Any) -> TrainConfig:
+    base = {"trainer": "ppo", "out": str(tmp_path / "run"), "model": "tiny", "lr": 1e-3, "lr_schedule": "constant",
+            "checkpoint_every": 100, "micro_batch_size": 8, "seed": 3}
+    return TrainConfig.from_dict({**base, **settings})
+
+
+def test_turn_level_targets_use_the_turn_rewards(make_row: Any) -> None:
+    """Two turns paid 0.5 and 1.0 (the episode split into two rows), values read at each turn's first token:
+    the numbers of test_gae_over_turns_worked_by_hand, each turn's advantage on all its tokens."""
+    from agentgym.trainers.ppo import turn_level_targets
+
+    first = make_row("<answer>Griffin</answer>", reward=1.5)
+    second = make_row("<answer>Dragon</answer>", reward=1.5, row_index=1, prompt="Turn two.")
+    two_turns = {"turn_rewards": [0.5, 1.0], "num_turns": 2}
+    first = first.model_copy(update=two_turns)
+    second = second.model_copy(update={**two_turns, "turns": [second.turns[0].model_copy(update={"turn": 1})]})
+    values = []
+    for row, turn_value in ((first, 0.2), (second, 0.6)):
+        row_values = [9.0] * len(row.completion_ids)
+        row_values[row.turns[0].start] = turn_value
+        values.append(row_values)
+    targets = turn_level_targets([first, second], values, gamma=1.0, lam=1.0)
+    for row, target, advantage, ret in zip((first, second), targets, (1.3, 0.4), (1.5, 1.0)):
+        span = row.turns[0]
+        assert target.advantages[span.start:span.end] == pytest.approx([advantage] * (span.end - span.start))
+        assert sum(target.value_mask) == 1 and target.value_mask[span.start] == 1
+        assert target.returns[span.start] == pytest.approx(ret)
+
+
+@pytest.mark.slow
+def test_online_ppo_on_bandit_fits_its_critic(tmp_path: Path) -> None:
+    """At a real critic lr the value error falls over the steps and the critic explains more of the return."""
+    result = train(_config(tmp_path, env_id="Bandit-LLM-v0", steps=8, episodes_per_step=8, group_size=4,
+                           max_tokens=12, concurrency=8, critic_lr=3e-2, format_warmup_episodes=0), device="cpu")
+    metrics = result.metrics
+    for name in ("policy_loss", "value_loss", "explained_variance", "value_mean", "return_mean", "advantage_mean",
+                 "value_clip_fraction"):
+        assert name in metrics[-1], name
+    first, last = sum(m["value_loss"] for m in metrics[:2]), sum(m["value_loss"] for m in metrics[-2:])
+    assert last < 0.7 * first, [m["value_loss"] for m in metrics]
+    assert result.final_model is not None and (result.final_model / "critic.pt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value_model", ["head", "critic"])
+def test_recorded_rows_train_and_resume_to_the_same_critic(bandit_rows: Path, tmp_path: Path,
+                                                          value_model: str) -> None:
+    """From a file of rows (whole groups): stopped after a step and resumed, the critic (and policy) end as
+    in the uninterrupted run's."""
+    common = {"trajectories": str(bandit_rows), "steps": 3, "episodes_per_step": 8, "group_size": 4,
+              "value_model": value_model, "critic_lr": 1e-2}
+    whole = train(_config(tmp_path / "whole", **common), device="cpu")
+    stopped = train(_config(tmp_path / "resumed", **common), stop_after=1, device="cpu")
+    assert stopped.stopped_early
+    resumed = train(_config(tmp_path / "resumed", resume=True, **common), device="cpu")
+    assert len(resumed.metrics) == 2
+    assert resumed.metrics[-1]["value_loss"] == pytest.approx(whole.metrics[-1]["value_loss"], rel=1e-4)
+    assert whole.final_model is not None and resumed.final_model is not None
+    a = torch.load(whole.final_model / "critic.pt", weights_only=True)
+    b = torch.load(resumed.final_model / "critic.pt", weights_only=True)
+    assert a["separate"] == b["separate"] == (value_model == "critic")
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    start = torch.load(stopped.out / "checkpoints" / "step-000001" / "trainer.pt", weights_only=True)
+    for name, tensor in a["state_dict"].items():
+        assert torch.allclose(tensor, b["state_dict"][name], rtol=1e-5, atol=1e-7), name
+    moved = max((a["state_dict"][n] - start["critic"]["model"][n]).abs().max().item() for n in a["state_dict"])
+    assert moved > 0  # the critic learned after the resume point
+
+
+def test_grpo_only_settings_are_errors_for_ppo(tmp_path: Path, bandit_rows: Path) -> None:
+    from agentgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="grpo.advantage is set"):
+        train(_config(tmp_path, trajectories=str(bandit_rows), advantage="rloo"), device="cpu")
