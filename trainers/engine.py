@@ -209,7 +209,12 @@ class Engine(abc.ABC):
         policy, or on a copy of the start model (``separate``), with its own optimiser at ``lr``."""
         from agentgym.trainers.critic import Critic
 
-        body = self._place(copy.deepcopy(self.policy())) if separate else None
+        body = None
+        if separate:
+            # The start model loaded again, not a deepcopy of the policy: a trainer's model may carry a
+            # forward bound to the original (accelerate wraps it), which a copy would go on calling.
+            body, _ = self._build_model()
+            body = self._place(body.to(self.dist.device).train())
         hidden = int(self.policy().config.hidden_size)
         critic = Critic(hidden, None, self.config.run.seed).to(self.dist.device)
         critic.body = body
