@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -106,17 +108,40 @@ def test_turn_level_targets_use_the_turn_rewards(make_row: Any) -> None:
 
 
 @pytest.mark.slow
-def test_online_ppo_on_bandit_fits_its_critic(tmp_path: Path) -> None:
-    """At a real critic lr the value error falls over the steps and the critic explains more of the return."""
-    result = train(_config(tmp_path, env_id="Bandit-LLM-v0", steps=8, episodes_per_step=8, group_size=4,
-                           max_tokens=12, concurrency=8, critic_lr=3e-2, format_warmup_episodes=0), device="cpu")
-    metrics = result.metrics
-    for name in ("policy_loss", "value_loss", "explained_variance", "value_mean", "return_mean", "advantage_mean",
-                 "value_clip_fraction"):
-        assert name in metrics[-1], name
-    first, last = sum(m["value_loss"] for m in metrics[:2]), sum(m["value_loss"] for m in metrics[-2:])
-    assert last < 0.7 * first, [m["value_loss"] for m in metrics]
-    assert result.final_model is not None and (result.final_model / "critic.pt").exists()
+@pytest.mark.parametrize("value_model", ["head", "critic"])
+def test_the_critic_learns_the_returns_of_fixed_rows(make_row: Any, tmp_path: Path, value_model: str) -> None:
+    """With gamma = lambda = 1 the value targets are the episodes' rewards whatever the values: step after
+    step on the same rows at a real (Adam) critic lr, the value error falls and the critic explains them."""
+    from agentgym.trainers.fsdp.distributed import Dist
+    from agentgym.trainers.learner import build_learner
+    from agentgym.trainers.ppo import PPOLearner
+
+    rows = [make_row(answer, reward=reward, group=0, index=i, logprob=-1.0)
+            for i, (answer, reward) in enumerate([("<answer>Dragon</answer>", 1.0), ("nope", 0.0),
+                                                  ("<answer>Phoenix</answer>", 0.5), ("x y z", 0.0)])]
+    config = _config(tmp_path, trajectories="unused.parquet", value_model=value_model, critic_lr=1e-3, lr=1e-4,
+                     backend="fsdp")
+    learner = build_learner(PPOLearner, config, Dist())
+    metrics = [learner.train_step(rows) for _ in range(10)]
+    losses = [m["value_loss"] for m in metrics]
+    assert losses[-1] < 0.3 * losses[0], losses
+    assert metrics[-1]["explained_variance"] > metrics[0]["explained_variance"]
+    assert metrics[0]["return_mean"] == pytest.approx(metrics[-1]["return_mean"])  # fixed targets
+
+
+@pytest.mark.slow
+def test_online_ppo_on_bandit(tmp_path: Path) -> None:
+    """Plays the env through the run's server: every step logs the critic's numbers, the run exports it."""
+    result = train(_config(tmp_path, env_id="Bandit-LLM-v0", steps=4, episodes_per_step=8, group_size=4,
+                           max_tokens=12, concurrency=8, critic_lr=1e-2, format_warmup_episodes=0), device="cpu")
+    assert len(result.metrics) == 4
+    for metrics in result.metrics:
+        for name in ("policy_loss", "value_loss", "explained_variance", "value_mean", "return_mean",
+                     "advantage_mean", "value_clip_fraction", "reward"):
+            assert name in metrics and math.isfinite(metrics[name]), name
+    assert result.final_model is not None
+    saved = torch.load(result.final_model / "critic.pt", weights_only=True)
+    assert not saved["separate"] and set(saved["state_dict"]) == {"head.weight", "head.bias"}
 
 
 @pytest.mark.slow
