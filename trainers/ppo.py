@@ -42,7 +42,7 @@ from agentgym.trainers.learner import Learner, build_learner
 from agentgym.trainers.ppo_losses import explained_variance, gae, masked_whiten, token_gae, value_loss
 from agentgym.trainers.settings import TrainConfig
 
-__all__ = ["PPOLearner", "Targets", "make_ppo"]
+__all__ = ["PPOLearner", "Targets", "make_ppo", "token_level_targets", "turn_level_targets"]
 
 
 @dataclass

@@ -72,7 +72,7 @@ def test_get_learner_factory_imports_the_function() -> None:
 
 
 def test_a_misspelt_trainer_says_what_was_meant() -> None:
-    with pytest.raises(UnknownTrainerError, match=r"No trainer registered as 'gpro'\. Did you mean 'grpo'\? "
+    with pytest.raises(UnknownTrainerError, match=r"No trainer registered as 'gpro'\. Did you mean 'grpo' or 'ppo'\? "
                                                   r"Registered: distill, grpo, ppo, sft\."):
         trainer_spec("gpro")
     with pytest.raises(UnknownTrainerError, match="Did you mean 'sft'"):
