@@ -82,13 +82,19 @@ class RegistryError(AgentGymError):
     """Something is wrong with the env registry."""
 
 
+def _one_of(names: list[str]) -> str:
+    """'a', 'a' or 'b', 'a', 'b' or 'c'."""
+    quoted = [repr(name) for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 class UnknownEnvError(RegistryError, LookupError):
     """No env is registered under the requested id."""
 
     def __init__(self, env_id: str, suggestions: list[str]) -> None:
         self.env_id = env_id
         self.suggestions = suggestions
-        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        hint = f" Did you mean {_one_of(suggestions)}?" if suggestions else ""
         super().__init__(
             f"No environment registered as {env_id!r}.{hint} Run `agentgym list` to see them all."
         )
@@ -100,7 +106,7 @@ class UnknownTrainerError(RegistryError, LookupError):
     def __init__(self, name: str, suggestions: list[str], known: list[str]) -> None:
         self.name = name
         self.suggestions = suggestions
-        hint = f" Did you mean {' or '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        hint = f" Did you mean {_one_of(suggestions)}?" if suggestions else ""
         super().__init__(f"No trainer registered as {name!r}.{hint} Registered: {', '.join(known)}.")
 
 

@@ -99,6 +99,7 @@ class Engine(abc.ABC):
         self.version = 0
         self.optimizer_steps = 0
         self.reference: torch.nn.Module | None = None
+        self.critic: Any = None  # PPO's value model (attach_critic)
 
     # -- building ------------------------------------------------------------------
 
@@ -195,6 +196,87 @@ class Engine(abc.ABC):
             scheduler.step()
         self.optimizer_steps += 1
         return float(norm), float(rate)
+
+    # -- PPO's value model ---------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        """[R, K, H] float last hidden states (after the final norm) of ``model`` at the positions that
+        predict completion tokens."""
+
+    def attach_critic(self, separate: bool, lr: float) -> None:
+        """Give this engine a value model (:class:`~agentgym.trainers.critic.Critic`): a head on the
+        policy, or on a copy of the start model (``separate``), with its own optimiser at ``lr``."""
+        from agentgym.trainers.critic import Critic
+
+        body = None
+        if separate:
+            # The start model loaded again, not a deepcopy of the policy: a trainer's model may carry a
+            # forward bound to the original (accelerate wraps it), which a copy would go on calling.
+            body, _ = self._build_model()
+            body = self._place(body.to(self.dist.device).train())
+        hidden = int(self.policy().config.hidden_size)
+        critic = Critic(hidden, None, self.config.run.seed).to(self.dist.device)
+        critic.body = body
+        self.critic = critic
+        optim = self.config.optim
+        self.critic_optimizer = build_optimizer(critic.parameters_to_train(), optim.optimizer, lr=lr,
+                                                adam_betas=optim.adam_betas, momentum=optim.momentum,
+                                                weight_decay=optim.weight_decay)
+        self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.critic_optimizer, lambda step: lr_factor(self.config, step))
+
+    def values(self, batch: MicroBatch) -> torch.Tensor:
+        """[S, T] the value model's value at each completion token's position (differentiable)."""
+        critic = self.critic
+        hidden = self._kept_hidden(critic.body if critic.body is not None else self.policy(), batch)
+        per_token = hidden.reshape(-1, hidden.shape[-1])[batch.token_index.to(hidden.device)]
+        return critic.head(per_token).squeeze(-1)
+
+    def critic_step(self) -> float:
+        """Clip the value model's own gradient (the head's, a separate body's) and step its optimiser;
+        the gradient norm."""
+        params = self.critic.parameters_to_train()
+        if self.dist.sharded:  # the head is replicated, not an FSDP unit: add up its gradient by hand
+            from agentgym.trainers.fsdp.distributed import all_reduce
+
+            for p in self.critic.head.parameters():
+                if p.grad is not None:
+                    all_reduce(p.grad, self.dist)
+                    p.grad /= self.dist.world_size
+        max_norm = self.config.optim.max_grad_norm or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.critic_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        self.critic_scheduler.step()
+        return float(norm)
+
+    def critic_state(self) -> dict[str, Any]:
+        """The value model, its optimiser and schedule, for a checkpoint (a collective)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return {"model": get_model_state_dict(self.critic, options=options),
+                "optimizer": get_optimizer_state_dict(self.critic, self.critic_optimizer, options=options),
+                "scheduler": self.critic_scheduler.state_dict()}
+
+    def load_critic_state(self, state: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        set_model_state_dict(self.critic, state["model"], options=options)
+        set_optimizer_state_dict(self.critic, self.critic_optimizer, state["optimizer"], options=options)
+        self.critic_scheduler.load_state_dict(state["scheduler"])
 
     @abc.abstractmethod
     def full_weights(self) -> dict[str, torch.Tensor]:

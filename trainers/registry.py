@@ -181,6 +181,10 @@ def _register_builtin() -> None:
                                  "trl": "agentgym.trainers.distill:make_distill"},
                      description="Distil a teacher: forward KL on rows of a file, or reverse KL on the student's "
                                  "own episodes.")
+    register_trainer("ppo", {"fsdp": "agentgym.trainers.ppo:make_ppo", "trl": "agentgym.trainers.ppo:make_ppo"},
+                     default_backend="fsdp",
+                     description="PPO with a critic (verl's): GAE from a value head or a separate critic, "
+                                 "clipped policy and value losses.")
 
 
 _register_builtin()

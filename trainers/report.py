@@ -38,6 +38,9 @@ CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DPO: held-out pair accuracy", ("reward_accuracy",)),
     ("Entropy", ("entropy",)),
     ("Clip fraction", ("clip_fraction",)),
+    ("PPO: policy and value loss", ("policy_loss", "value_loss")),
+    ("PPO: the critic", ("explained_variance", "value_clip_fraction")),
+    ("PPO: value, return, advantage", ("value_mean", "return_mean", "advantage_mean")),
     ("Training tokens/s", ("train_tokens_per_s",)),
     ("Time per step (s)", ("time/rollout", "time/waiting", "time/train", "time/sync")),
 )

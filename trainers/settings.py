@@ -18,6 +18,7 @@
 | ``experimental`` | the GRPO learner | options that did not win their comparison (docs/log.md); kept for the runs that use them |
 | ``distill`` | the distillation learner | the teacher and the KL to it |
 | ``dpo`` | the DPO learner | preference pairs and the DPO loss |
+| ``ppo`` | the PPO learner | the value model, GAE and the value loss |
 
 Each setting has one name, unique across sections, so ``-s lr=5e-4`` and
 ``-s optim.lr=5e-4`` mean the same. A setting's help is its docstring (pydantic
@@ -42,7 +43,7 @@ __all__ = [
     "SECTIONS", "AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "DPOSettings", "DistillSettings",
     "ExperimentalSettings",
     "GRPOSettings", "LRSchedule", "LossAggregation", "ModelSettings", "NativeSettings", "OptimSettings",
-    "OptimizerName", "RolloutSettings", "RunSettings", "SFTSettings", "ServerSettings", "TrainConfig",
+    "OptimizerName", "PPOSettings", "RolloutSettings", "RunSettings", "SFTSettings", "ServerSettings", "TrainConfig",
     "WarmupSettings", "setting_help", "setting_rows", "settings_markdown",
 ]
 
@@ -374,12 +375,36 @@ class DPOSettings(_Section):
     """A pair's rewards must differ by more than this."""
 
 
+class PPOSettings(_Section):
+    """PPO with a critic (verl's): GAE advantages from a learned value, the clipped value loss."""
+
+    value_model: Literal["head", "critic"] = "head"
+    """head: a scalar linear head on the policy's last hidden state (the trunk shared); critic: a copy of
+    the start model with its own scalar head, trained beside the policy."""
+    critic_lr: float = Field(1e-3, ge=0)
+    """Learning rate of the value head (and of the separate critic), on the run's schedule."""
+    value_loss_coef: float = Field(0.5, ge=0)
+    """Weight of the value loss added to the policy loss."""
+    value_clip: float = Field(0.5, ge=0)
+    """The value loss's clip: the new value kept within this of the one the advantages were computed with."""
+    gamma: float = Field(1.0, ge=0, le=1)
+    """GAE's discount, per step (a sampled token, or a turn with gae_level=turn)."""
+    gae_lambda: float = Field(1.0, ge=0, le=1)
+    """GAE's lambda (1: the return less the value; 0: the one-step TD error)."""
+    gae_level: Literal["token", "turn"] = "token"
+    """token: every sampled token is a step, the episode's reward at its last; turn: every turn is a step,
+    its value read where its first token is predicted, paid the env's turn reward."""
+    whiten_advantages: bool = True
+    """Whiten the advantages over the step's sampled tokens (verl does)."""
+
+
 #: section name -> its model, in the order help and docs show them
 SECTIONS: dict[str, type[_Section]] = {
     "run": RunSettings, "model": ModelSettings, "server": ServerSettings, "rollout": RolloutSettings,
     "optim": OptimSettings, "warmup": WarmupSettings, "grpo": GRPOSettings, "sft": SFTSettings,
     "native": NativeSettings, "experimental": ExperimentalSettings, "distill": DistillSettings,
     "dpo": DPOSettings,
+    "ppo": PPOSettings,
 }
 #: setting name -> its section (names are unique across sections)
 _OWNER: dict[str, str] = {name: section for section, model in SECTIONS.items() for name in model.model_fields}
@@ -403,6 +428,7 @@ class TrainConfig(BaseModel):
     experimental: ExperimentalSettings = Field(default_factory=ExperimentalSettings)
     distill: DistillSettings = Field(default_factory=DistillSettings)
     dpo: DPOSettings = Field(default_factory=DPOSettings)
+    ppo: PPOSettings = Field(default_factory=PPOSettings)
 
     def __init__(self, **values: Any) -> None:
         try:

@@ -102,6 +102,15 @@ class TRLEngine(Engine):
                            use_cache=False).logits
         return logits[:, batch.keep.to(device)].float()
 
+    def _kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        if batch.attention_mask is None:
+            raise ConfigError("The trl backend does not pack sequences (native.pack_sequences is fsdp's).")
+        device = self.trainer.accelerator.device
+        with self.trainer.accelerator.autocast():
+            output = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                           logits_to_keep=1, output_hidden_states=True, use_cache=False)
+        return output.hidden_states[-1][:, batch.keep.to(device)].float()
+
     def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
         kept = self._kept_logits(batch, reference)
         per_token = kept.reshape(-1, kept.shape[-1])[batch.token_index.to(kept.device)]

@@ -136,3 +136,35 @@ def test_fsdp_and_trl_take_the_same_distillation_step(make_row: Any, teacher_fol
         assert native[name] == pytest.approx(trl[name], rel=1e-5, abs=1e-7), name
     assert native["grad_norm"] > 0
     assert torch.allclose(native_delta, trl_delta, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("value_model,gae_level", [("head", "token"), ("critic", "turn")])
+def test_fsdp_and_trl_take_the_same_ppo_step(make_row: Any, tmp_path: Any, value_model: str, gae_level: str) -> None:
+    """Same rows: the same values, GAE, policy and value losses, and the same update of the policy and of
+    the value model (a head on the policy, or a separate critic) on both backends."""
+    from agentgym.trainers.ppo import PPOLearner
+
+    rows = _rows(make_row)
+    results = {}
+    for backend in ("fsdp", "trl"):
+        config = TrainConfig.from_dict({
+            "trajectories": "unused.parquet", "trainer": "ppo", "backend": backend, "out": str(tmp_path / backend),
+            "optimizer": "sgd", "lr": 1.0, "critic_lr": 1.0, "max_grad_norm": 0.0, "lr_schedule": "constant",
+            "micro_batch_size": 3, "value_model": value_model, "gae_level": gae_level, "gae_lambda": 0.9,
+            "gamma": 0.99, "clip_low": 10.0, "clip_high": 10.0})
+        learner = build_learner(PPOLearner, config, Dist())
+        modules = {"policy": learner.engine.policy(), "critic": learner.engine.critic}
+        before = {key: {n: p.detach().clone() for n, p in m.named_parameters()} for key, m in modules.items()}
+        metrics = learner.train_step(rows)
+        deltas = {key: torch.cat([(p.detach() - before[key][n]).flatten() for n, p in m.named_parameters()])
+                  for key, m in modules.items()}
+        results[backend] = (metrics, deltas)
+    (native, native_deltas), (trl, trl_deltas) = results["fsdp"], results["trl"]
+    for name in ("policy_loss", "value_loss", "value_mean", "return_mean", "advantage_mean", "explained_variance",
+                 "grad_norm", "critic_grad_norm"):
+        assert native[name] == pytest.approx(trl[name], rel=1e-5, abs=1e-7), name
+    assert native["value_loss"] > 0 and native["critic_grad_norm"] > 0
+    for key in ("policy", "critic"):
+        assert native_deltas[key].abs().max() > 0, key
+        assert torch.allclose(native_deltas[key], trl_deltas[key], rtol=1e-4, atol=1e-7), key

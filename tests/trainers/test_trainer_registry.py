@@ -54,7 +54,7 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_grpo_and_sft_run_on_both_backends() -> None:
     names = {spec.name: spec for spec in list_trainers()}
-    assert {"grpo", "sft", "distill", "dpo"} <= set(names)
+    assert {"grpo", "sft", "distill", "dpo", "ppo"} <= set(names)
     assert names["grpo"].backends == {"fsdp": "agentgym.trainers.grpo:make_grpo",
                                       "trl": "agentgym.trainers.grpo:make_grpo"}
     assert names["grpo"].default_backend == "fsdp"
@@ -72,12 +72,12 @@ def test_get_learner_factory_imports_the_function() -> None:
 
 
 def test_a_misspelt_trainer_says_what_was_meant() -> None:
-    with pytest.raises(UnknownTrainerError, match=r"No trainer registered as 'gpro'\. Did you mean 'grpo' or 'dpo'\? "
-                                                  r"Registered: distill, dpo, grpo, sft\."):
+    with pytest.raises(UnknownTrainerError, match=r"No trainer registered as 'gpro'\. Did you mean 'grpo', 'ppo' or 'dpo'\? "
+                                                  r"Registered: distill, dpo, grpo, ppo, sft\."):
         trainer_spec("gpro")
     with pytest.raises(UnknownTrainerError, match="Did you mean 'sft'"):
         get_learner_factory("SFT")
-    with pytest.raises(UnknownTrainerError, match=r"'xyz'\. Registered: distill, dpo, grpo, sft\."):
+    with pytest.raises(UnknownTrainerError, match=r"'xyz'\. Registered: distill, dpo, grpo, ppo, sft\."):
         get_learner_factory("xyz")
 
 
@@ -146,6 +146,6 @@ def test_plugins_load_from_entry_points_and_a_broken_one_is_only_a_warning(
                         lambda group: entries if group == registry.ENTRY_POINT_GROUP else [])
     with pytest.warns(PluginLoadWarning, match="'broken' .* failed to load: RuntimeError: this plugin is broken"):
         names = [spec.name for spec in list_trainers()]
-    assert names == ["distill", "dpo", "echo", "grpo", "sft"]
+    assert names == ["distill", "dpo", "echo", "grpo", "ppo", "sft"]
     assert get_learner_factory("echo", "mybackend") is echo_trainer
     assert registry.load_trainer_plugins() == []  # each entry point is loaded once

@@ -58,6 +58,12 @@ class NativeEngine(Engine):
                        use_cache=False)
         return output.logits.float()
 
+    def _kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        output = model(input_ids=batch.input_ids, position_ids=batch.position_ids,
+                       attention_mask=self._attention_mask(model, batch), logits_to_keep=1,
+                       output_hidden_states=True, use_cache=False)
+        return output.hidden_states[-1][:, batch.keep].float()
+
     def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
         model = self._chosen(reference)
         with torch.no_grad() if reference else torch.enable_grad():
