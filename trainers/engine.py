@@ -163,6 +163,10 @@ class Engine(abc.ABC):
         """Keep the current weights (or a model folder's), frozen, as the KL reference."""
         if folder is None:
             reference = copy.deepcopy(self.policy())
+            # accelerate's prepare() puts a wrapper of the original module's forward on the instance
+            # (trl backend); a deep copy keeps that wrapper, so the copy would compute the live
+            # policy's outputs. The class's own forward reads the copy's weights.
+            reference.__dict__.pop("forward", None)
         else:
             from transformers import AutoModelForCausalLM
 

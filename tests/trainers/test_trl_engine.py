@@ -198,3 +198,24 @@ def test_online_trl_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: P
     def played(out: str) -> list[tuple[int, str, bool]]:
         return [(e["step"], e["episode_id"], e["success"]) for e in read_jsonl(tmp_path / out / "episodes.jsonl")]
     assert played("resumed") == played("straight") and len(played("straight")) == 3 * 8
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "trl"])
+def test_the_reference_kept_in_memory_does_not_follow_the_policy(backend: str, tmp_path) -> None:
+    """A deep copy of accelerate's prepared model kept calling the original's forward (its
+    instance-level wrapper): the KL and DPO's reference were then the live policy."""
+    from agentgym.trainers.fsdp.distributed import Dist
+    from agentgym.trainers.learner import engine_class
+    from agentgym.trainers.settings import TrainConfig
+
+    config = TrainConfig.from_dict({"trajectories": "unused.parquet", "backend": backend, "model": "tiny",
+                                    "out": str(tmp_path)})
+    engine = engine_class(backend)(config, Dist())
+    engine.keep_reference()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        before = engine.reference(ids).logits.clone()
+        for parameter in engine.policy().parameters():
+            parameter.add_(0.5)
+        assert torch.equal(engine.reference(ids).logits, before)
+        assert not torch.equal(engine.policy()(ids).logits, before)
