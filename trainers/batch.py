@@ -38,6 +38,7 @@ __all__ = [
     "MicroBatch",
     "TrainSequence",
     "collate",
+    "filler_sequence",
     "packed_attention_mask",
     "plan_micro_batches",
     "playing_turn_advantages",
@@ -264,6 +265,13 @@ def to_sequences(rows: Sequence[TrajectoryRow], advantages: Sequence[float | Seq
             loss_mask=mask, rollout_logprobs=logprobs, has_rollout_logprobs=row.server_logprobs,
             advantages=per_token))
     return sequences
+
+
+def filler_sequence(pad_id: int) -> TrainSequence:
+    """A sequence with nothing to learn: a rank with no rows of its own runs it, since FSDP needs every
+    rank to run as many forward and backward passes."""
+    return TrainSequence(input_ids=[pad_id, pad_id], prompt_length=1, loss_mask=[0], rollout_logprobs=[0.0],
+                         has_rollout_logprobs=False, advantages=[0.0])
 
 
 def plan_micro_batches(lengths: Sequence[int], *, pack: bool, micro_batch_tokens: int,

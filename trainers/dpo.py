@@ -29,7 +29,7 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.algorithms import dpo_loss
-from agentgym.trainers.batch import TrainSequence, collate, to_sequences
+from agentgym.trainers.batch import TrainSequence, collate, filler_sequence, to_sequences
 from agentgym.trainers.engine import Engine
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce
 from agentgym.trainers.learner import Learner, build_learner
@@ -217,9 +217,7 @@ class DPOLearner(Learner):
                 sequences += found
                 owners += [index] * len(found)
         if not sequences:  # nothing on this rank: a pass all the same, with no gradient
-            sequences = [TrainSequence(input_ids=[engine.pad_id, engine.pad_id], prompt_length=1, loss_mask=[0],
-                                       rollout_logprobs=[0.0], has_rollout_logprobs=False, advantages=[0.0])]
-            owners = [0]
+            sequences, owners = [filler_sequence(engine.pad_id)], [0]
         batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id).to(engine.dist.device)
         logprobs, _ = engine.logprobs(batch)
         with torch.no_grad():

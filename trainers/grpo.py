@@ -33,6 +33,7 @@ from agentgym.trainers.batch import (
     MicroBatch,
     TrainSequence,
     collate,
+    filler_sequence,
     plan_micro_batches,
     to_sequences,
     token_advantages,
@@ -153,9 +154,7 @@ class GRPOLearner(Learner):
         groups = [[mini[i] for i in indices] for indices in plan]
         # FSDP: every rank must run as many forward/backward passes as the busiest one.
         count = int(all_reduce(torch.tensor(len(groups)), engine.dist, op="max").item())
-        empty = TrainSequence(input_ids=[engine.pad_id, engine.pad_id], prompt_length=1, loss_mask=[0],
-                              rollout_logprobs=[0.0], has_rollout_logprobs=False, advantages=[0.0])
-        return groups + [[empty]] * (count - len(groups))
+        return groups + [[filler_sequence(engine.pad_id)]] * (count - len(groups))
 
     def _collate(self, group: list[TrainSequence]) -> MicroBatch:
         return collate(group, pack=self.engine.packs, pad_id=self.engine.pad_id).to(self.engine.dist.device)
@@ -163,21 +162,29 @@ class GRPOLearner(Learner):
     def _optimizer_step(self, mini: list[TrainSequence], stats: StepStats) -> None:
         normaliser = self._normaliser(mini)
         for group in self._micro_batches(mini):
-            batch = self._collate(group)
-            logprobs, entropy = self.engine.logprobs(batch, with_entropy=True)
-            old = logprobs.detach() if self._single_update else self._old_logprobs(group, logprobs.detach())
-            ref = self.engine.logprobs(batch, reference=True)[0] if self.loss_config.kl_coef > 0 else None
-            output = self.compute_loss(logprobs, old, batch, ref, entropy)
-            if self.loss_config.aggregation == "token_mean":
-                weight = float(batch.loss_mask.sum())
-            else:
-                weight = float(sum(s.loss_tokens > 0 for s in group))
-            self.engine.backward(output.loss * (weight / normaliser))
-            if output.metrics["tokens"] > 0:
-                entropy_sum = float((entropy * batch.loss_mask).sum()) if entropy is not None else 0.0
-                stats.add(output, float(output.loss.detach()) * weight / normaliser, entropy_sum, batch.num_tokens)
+            _, loss = self._policy_pass(group, normaliser, stats)
+            self.engine.backward(loss)
         grad_norm, stats.lr = self.engine.step()
         stats.grad_norms.append(grad_norm)
+
+    def _policy_pass(self, group: list[TrainSequence], normaliser: float, stats: StepStats
+                     ) -> tuple[MicroBatch, torch.Tensor]:
+        """One micro-batch's policy loss, scaled to its share of the mini-batch (its metrics into
+        ``stats``); the batch, for a subclass's own terms on it."""
+        batch = self._collate(group)
+        logprobs, entropy = self.engine.logprobs(batch, with_entropy=True)
+        old = logprobs.detach() if self._single_update else self._old_logprobs(group, logprobs.detach())
+        ref = self.engine.logprobs(batch, reference=True)[0] if self.loss_config.kl_coef > 0 else None
+        output = self.compute_loss(logprobs, old, batch, ref, entropy)
+        if self.loss_config.aggregation == "token_mean":
+            weight = float(batch.loss_mask.sum())
+        else:
+            weight = float(sum(s.loss_tokens > 0 for s in group))
+        loss = output.loss * (weight / normaliser)
+        if output.metrics["tokens"] > 0:
+            entropy_sum = float((entropy * batch.loss_mask).sum()) if entropy is not None else 0.0
+            stats.add(output, float(loss.detach()), entropy_sum, batch.num_tokens)
+        return batch, loss
 
     @property
     def _single_update(self) -> bool:

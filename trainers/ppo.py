@@ -156,28 +156,17 @@ class PPOLearner(GRPOLearner):
         value_normaliser = max(all_reduce(torch.tensor(value_tokens), self.engine.dist).item(), 1.0)
         coef = self.config.ppo.value_loss_coef
         for group in self._micro_batches(mini):
-            batch = self._collate(group)
-            logprobs, entropy = self.engine.logprobs(batch, with_entropy=True)
-            old = logprobs.detach() if self._single_update else self._old_logprobs(group, logprobs.detach())
-            ref = self.engine.logprobs(batch, reference=True)[0] if self.loss_config.kl_coef > 0 else None
-            output = self.compute_loss(logprobs, old, batch, ref, entropy)
-            if self.loss_config.aggregation == "token_mean":
-                weight = float(batch.loss_mask.sum())
-            else:
-                weight = float(sum(s.loss_tokens > 0 for s in group))
+            batch, policy_loss = self._policy_pass(group, normaliser, stats)
             values = self.engine.values(batch)
             value_mask = self._padded(group, values.detach(), "value_mask")
             critic = value_loss(values, self._padded(group, values.detach(), "old_values"),
                                 self._padded(group, values.detach(), "returns"), value_mask,
                                 self.config.ppo.value_clip)
             share = float(value_mask.sum()) / value_normaliser
-            self.engine.backward(output.loss * (weight / normaliser) + coef * critic.loss * share)
+            self.engine.backward(policy_loss + coef * critic.loss * share)
             value_sums.loss += float(critic.loss.detach()) * share
             value_sums.clipped += critic.clip_fraction * float(value_mask.sum())
             value_sums.tokens += float(value_mask.sum())
-            if output.metrics["tokens"] > 0:
-                entropy_sum = float((entropy * batch.loss_mask).sum()) if entropy is not None else 0.0
-                stats.add(output, float(output.loss.detach()) * weight / normaliser, entropy_sum, batch.num_tokens)
         grad_norm, stats.lr = self.engine.step()
         stats.grad_norms.append(grad_norm)
         value_sums.critic_norms.append(self.engine.critic_step())

@@ -23,7 +23,7 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.batch import TrainSequence, to_sequences
+from agentgym.trainers.batch import TrainSequence, filler_sequence, to_sequences
 from agentgym.trainers.engine import Engine
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce
 from agentgym.trainers.learner import Learner, build_learner
@@ -70,9 +70,7 @@ def _parts(items: list[TrainSequence], count: int) -> list[list[TrainSequence]]:
 
 def _empty_loss(engine: Engine) -> torch.Tensor:
     """A pass with no rows on this rank (FSDP needs every rank to run as many passes): zero, with a graph."""
-    filler = TrainSequence(input_ids=[engine.pad_id, engine.pad_id], prompt_length=1, loss_mask=[0],
-                           rollout_logprobs=[0.0], has_rollout_logprobs=False, advantages=[0.0])
-    return engine.sft_loss([filler], 1.0) * 0.0
+    return engine.sft_loss([filler_sequence(engine.pad_id)], 1.0) * 0.0
 
 
 class SFTLearner(Learner):

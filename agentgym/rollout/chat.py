@@ -31,6 +31,8 @@ _PROBE_USER, _PROBE_ASSISTANT = "Probe question.", "Probe answer."
 #: bounds keep an env that never repeats itself, or writes huge replies, from growing memory
 #: (at most about 2,048 x 2,048 characters and their ids).
 REPLY_CACHE_SIZE, REPLY_CACHE_MAX_CHARS = 2048, 2048
+#: Awkward texts a splice must encode exactly as the template does before it is trusted.
+_SPLICE_SAMPLES = ("", " x ", "\nLevel:\n#P_O#\n", "héllo  wörld\t", "<answer>Up</answer>", "12 || 3")
 #: System prompts kept spliced (a run has one or a few: the env's instructions).
 _SYSTEM_CACHE_SIZE = 16
 
@@ -148,20 +150,28 @@ class ChatRenderer:
         prompt, the bulk of the tokens) are kept, and the splice is used only if it gives the
         template's very ids on awkward tasks.
         """
-        marker = "\x00agentgym-task\x00"
-        text = self.tokenizer.apply_chat_template(
-            [{"role": "system", "content": system}, {"role": "user", "content": marker}],
-            add_generation_prompt=True, tokenize=False)
-        if text.count(marker) != 1:
+        split = self._split_at(lambda text: [{"role": "system", "content": system},
+                                             {"role": "user", "content": text}])
+        if split is None:
             return False
-        before, after = text.split(marker)
-        cut = max((before.rfind(token) for token in self._special_texts()), default=-1)
-        head, before = (before[:cut], before[cut:]) if cut > 0 else ("", before)
-        head_ids = self._encode(head) if head else []
-        for sample in ["", " x ", "\nLevel:\n#P_O#\n", "héllo  wörld\t", "<answer>Up</answer>", "12 || 3"]:
+        head_ids, before, after = split
+        for sample in _SPLICE_SAMPLES:
             if head_ids + self._encode(before + sample + after) != self._render_prompt(system, sample):
                 return False
-        return head_ids, before, after
+        return split
+
+    def _split_at(self, messages: Any) -> tuple[list[int], str, str] | None:
+        """The template's text around the one place ``messages(text)`` puts ``text``: the ids of what
+        comes before its last special token (nothing merges across one), the text from there to the
+        place, and the text after it. None when the template does not show the text once."""
+        marker = "\x00agentgym-splice\x00"
+        rendered = self.tokenizer.apply_chat_template(messages(marker), add_generation_prompt=True, tokenize=False)
+        if rendered.count(marker) != 1:
+            return None
+        before, after = rendered.split(marker)
+        cut = max((before.rfind(token) for token in self._special_texts()), default=-1)
+        head, before = (before[:cut], before[cut:]) if cut > 0 else ("", before)
+        return (self._encode(head) if head else []), before, after
 
     def close_turn_ids(self, sampled: list[int]) -> list[int]:
         """Ids that end an assistant turn after ``sampled`` (eos if missing, then the suffix)."""
@@ -179,20 +189,13 @@ class ChatRenderer:
         awkward samples. Returns (text before the reply, after it, the ids of
         the reply-less conversation past the head: what a reply's encoding starts with).
         """
-        marker = "\x00agentgym-reply\x00"
-        text = self.tokenizer.apply_chat_template(
-            self._probe(with_reply=True, reply=marker), add_generation_prompt=True, tokenize=False
-        )
-        if text.count(marker) != 1:
+        split = self._split_at(lambda text: self._probe(with_reply=True, reply=text))
+        if split is None:
             return None
-        before, after = text.split(marker)
-        cut = max((before.rfind(token) for token in self._special_texts()), default=-1)
-        head, before = (before[:cut], before[cut:]) if cut > 0 else ("", before)
-        head_ids = self._encode(head) if head else []
+        head_ids, before, after = split
         if head_ids != self._base[: len(head_ids)]:
             return None
-        samples = ["", " x ", "\nLevel:\n#P_O#\n", "héllo  wörld\t", "<answer>Up</answer>", "12 || 3"]
-        for sample in samples:
+        for sample in _SPLICE_SAMPLES:
             exact = self._render(self._probe(with_reply=True, reply=sample), generation_prompt=True)
             if head_ids + self._encode(before + sample + after) != exact:
                 return None
