@@ -65,11 +65,11 @@ class RunSettings(_Section):
     """The run: which trainer on which backend, its folder, length, budget, checkpoints and logs."""
 
     trainer: str = "grpo"
-    """Trainer: grpo (online RL), sft (fine-tune on rows) or distill (learn a teacher's distributions), or
-    a plugin's."""
+    """Trainer: grpo (online RL), ppo (RL with a critic), dpo (preference pairs), sft (fine-tune on rows)
+    or distill (learn a teacher's distributions), or a plugin's."""
     backend: str | None = None
-    """fsdp (native PyTorch, FSDP2 under torchrun) or trl; none: the trainer's default (grpo: fsdp, sft: trl,
-    distill: fsdp)."""
+    """fsdp (native PyTorch, FSDP2 under torchrun) or trl; none: the trainer's default (sft: trl, the
+    others: fsdp)."""
     out: str = "runs/train"
     """Run folder: settings, metrics, checkpoints, the final model, the report."""
     steps: int = Field(40, ge=1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from typer.testing import CliRunner
 
@@ -146,6 +148,17 @@ def test_eval_plays_a_model_behind_a_base_url(tiny_model: str) -> None:
 
 # -- Ctrl-C and --resume ------------------------------------------------------------------------------
 
+@pytest.fixture
+def ctrl_c_reaches_us() -> Iterator[None]:
+    """SIGINT as a terminal's Ctrl-C delivers it: a shell starts a background job (`pytest &`) with
+    SIGINT ignored, and then asyncio leaves it ignored too."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt_after(episodes: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Press Ctrl-C (SIGINT to this process) once ``episodes`` episodes have finished."""
     import os
@@ -170,6 +183,7 @@ def _interrupt_after(episodes: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(EnvManager, "__init__", init)
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_us")
 def test_ctrl_c_says_what_was_saved_and_resume_what_was_there(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     import re
 
@@ -189,6 +203,7 @@ def test_ctrl_c_says_what_was_saved_and_resume_what_was_there(tmp_path, monkeypa
     assert f"{out} holds {held} of 8 episodes; playing the other {8 - held}." in " ".join(again.output.split())
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_us")
 def test_ctrl_c_without_out_says_nothing_was_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     _interrupt_after(2, monkeypatch)
     result = runner.invoke(app, [*RANDOM, "--episodes", "8", "--show", "0"], terminal_width=400)
@@ -269,11 +284,14 @@ def test_a_used_run_folder_is_refused_before_the_banner(tmp_path) -> None:
 
 
 def test_a_server_stopped_by_ctrl_c_while_starting_is_an_interrupt_not_a_fault() -> None:
+    import signal
     import subprocess
 
     from agentgym.serve.launch import free_port, wait_for_health
 
-    child = subprocess.Popen(["sh", "-c", "kill -INT $$"])  # as the terminal's Ctrl-C reaches the server too
+    # As the terminal's Ctrl-C reaches the server too (SIGINT not ignored, whatever started pytest).
+    child = subprocess.Popen(["sh", "-c", "kill -INT $$"],
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     child.wait()
     with pytest.raises(KeyboardInterrupt):
         wait_for_health(f"http://127.0.0.1:{free_port()}/health", 10.0, child)
