@@ -158,19 +158,9 @@ def test_turn_level_advantages_train_on_the_trl_engine(stall_rows, turn_weight: 
     assert metrics["train_sequences"] == 3 and math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_trl_backend_learns_bandit_with_the_defaults(tmp_path: Path) -> None:
-    """The proof that it learns: from chance to >= 0.9 success within 40 steps, no tuning flags."""
-    config = TrainConfig.from_dict({"env_id": BANDIT, "backend": "trl", "steps": 40, "out": str(tmp_path / "run")})
-    result = train(config, device="cpu")
-
-    success = [record["success"] for record in read_jsonl(tmp_path / "run" / "metrics.jsonl")]
-    assert len(success) == 40
-    assert 0.25 <= success[0] <= 0.75, "the format warm-up teaches the format, not the answer"
-    assert sum(success[-5:]) / 5 >= 0.9, success
-    assert result.final_model is not None and (result.final_model / "model.safetensors").exists()
-    assert torch.isfinite(torch.tensor([m["loss"] for m in result.metrics])).all()
+# That the trl backend learns needs no 40-step run of its own (six minutes of CI): its steps equal the
+# native backend's (test_backends_agree), whose defaults are shown to learn Bandit
+# (test_learning.test_grpo_fsdp_defaults_learn_bandit_in_40_steps), and its online loop runs below.
 
 
 @pytest.mark.slow
