@@ -8,6 +8,9 @@ TRL's prompt / chosen / rejected format (JSONL or Parquet) is read as groups of 
 tokens of all its rows; the env's and tools' tokens carry none, as in GRPO. The reference is
 the model the run starts from (the skeleton keeps it, and in OUT/reference for a resume).
 
+On the trl backend, pairs of one-row episodes take TRL's ``DPOTrainer.compute_loss``
+(:meth:`~agentgym.trainers.engine.Engine.preference_loss`); the rest take :func:`dpo_loss`.
+
 One optimiser step a training step, on all its pairs: micro-batches of ``optim.micro_batch_size``
 pairs (both completions of a pair in the same forward pass, since the loss couples them) whose
 gradients add up to the mean over the pairs. The metrics of a step are measured in that same
@@ -16,6 +19,7 @@ forward pass, before its update: on pairs the model has not been trained on (hel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import OrderedDict
@@ -219,7 +223,11 @@ class DPOLearner(Learner):
         if not sequences:  # nothing on this rank: a pass all the same, with no gradient
             sequences, owners = [filler_sequence(engine.pad_id)], [0]
         batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id).to(engine.dist.device)
-        logprobs, _ = engine.logprobs(batch)
+        # One sequence per episode: the backend's own DPO can take the pairs (TRL's DPOTrainer on trl).
+        whole = bool(chunk) and owners == list(range(len(names))) and self.config.rollout.temperature == 1.0
+        backend_loss = whole and engine.has_preference_loss
+        with torch.no_grad() if backend_loss else contextlib.nullcontext():
+            logprobs, _ = engine.logprobs(batch)
         with torch.no_grad():
             reference, _ = engine.logprobs(batch, reference=True)
         owner = torch.tensor(owners, device=logprobs.device)
@@ -236,7 +244,14 @@ class DPOLearner(Learner):
         losses, margins = dpo_loss(summed[chosen], summed[rejected], ref_summed[chosen], ref_summed[rejected],
                                    beta=self.settings.beta, kind=self.settings.dpo_loss,
                                    chosen_tokens=tokens[chosen], rejected_tokens=tokens[rejected])
-        engine.backward(losses.sum() / total_pairs)
+        if backend_loss:  # the metrics above come from the same weights, before the update
+            mean = engine.preference_loss([sequences[i] for i in chosen.tolist()],
+                                          [sequences[i] for i in rejected.tolist()],
+                                          ref_summed[chosen], ref_summed[rejected],
+                                          beta=self.settings.beta, kind=self.settings.dpo_loss)
+            engine.backward(mean * len(chunk) / total_pairs)
+        else:
+            engine.backward(losses.sum() / total_pairs)
         beta = self.settings.beta
         totals.loss += float(losses.detach().sum())
         totals.margin += float(margins.sum())

@@ -26,7 +26,7 @@ import torch
 
 from agentgym.errors import ConfigError
 from agentgym.models import resolve_model
-from agentgym.trainers.batch import MicroBatch
+from agentgym.trainers.batch import MicroBatch, TrainSequence
 from agentgym.trainers.fsdp.distributed import Dist
 from agentgym.trainers.optimizers import build_optimizer
 from agentgym.trainers.settings import TrainConfig
@@ -154,6 +154,18 @@ class Engine(abc.ABC):
         ``lr``: this step's rate instead of the schedule's, which then does not advance (the
         format warm-up).
         """
+
+    @property
+    def has_preference_loss(self) -> bool:
+        """Whether :meth:`preference_loss` computes the loss (a backend's own DPO)."""
+        return type(self).preference_loss is not Engine.preference_loss
+
+    def preference_loss(self, chosen: Sequence[TrainSequence], rejected: Sequence[TrainSequence],
+                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, *, beta: float, kind: str
+                        ) -> torch.Tensor | None:
+        """The mean DPO loss of the pairs (``chosen[i]``, ``rejected[i]``), each one sequence, computed by
+        the backend's own DPO implementation; None where it has none (the learner computes it)."""
+        return None
 
     @abc.abstractmethod
     def policy(self) -> torch.nn.Module:

@@ -11,7 +11,10 @@ An ``SFTTrainer`` is built once and used as a component, never driven by its own
 - the optimiser and the schedule are agentgym's (``optimizers=`` of the
   constructor), so both backends step the same ones;
 - GRPO's logprobs come from TRL's ``selective_log_softmax`` and entropies from
-  ``entropy_from_logits``; the loss is agentgym's (:mod:`~agentgym.trainers.algorithms`).
+  ``entropy_from_logits``; the loss is agentgym's (:mod:`~agentgym.trainers.algorithms`);
+- DPO's loss is a ``DPOTrainer``'s public ``compute_loss`` (built on first use, around the
+  same model), given the pairs as its collator writes them (chosen then rejected, a
+  completion mask that skips the env's tokens) and the reference's logprobs precomputed.
 
 Why not ``GRPOTrainer``: its documented ``rollout_func`` path computes its own
 advantages from one scalar reward per completion, so per-turn baselines, group
@@ -85,6 +88,7 @@ class TRLEngine(Engine):
         self.model = self.trainer.model
         self.model.train()
         self.optimizer, self.scheduler = optimizer, scheduler
+        self._dpo: Any = None  # the DPOTrainer of preference_loss, built on first use
 
     def policy(self) -> torch.nn.Module:
         return self.model
@@ -147,6 +151,51 @@ class TRLEngine(Engine):
         with self.trainer.accelerator.autocast():
             return self.trainer.compute_loss(self.model, inputs,
                                              num_items_in_batch=torch.tensor(max(loss_tokens, 1.0)))
+
+    def preference_loss(self, chosen: Sequence[TrainSequence], rejected: Sequence[TrainSequence],
+                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, *, beta: float, kind: str
+                        ) -> torch.Tensor:
+        """TRL's DPO loss of the pairs: ``DPOTrainer.compute_loss`` on them, the reference's logprobs given."""
+        trainer = self._dpo_trainer(beta, kind)
+        sequences = [*chosen, *rejected]
+        width = max(len(s.input_ids) for s in sequences)
+        input_ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        completion_mask = torch.zeros_like(input_ids)
+        for row, sequence in enumerate(sequences):
+            input_ids[row, :len(sequence.input_ids)] = torch.tensor(sequence.input_ids)
+            attention_mask[row, :len(sequence.input_ids)] = 1
+            completion_mask[row, sequence.prompt_length:len(sequence.input_ids)] = torch.tensor(sequence.loss_mask)
+        device = trainer.accelerator.device
+        inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device),
+                  "completion_mask": completion_mask.to(device),
+                  "ref_chosen_logps": ref_chosen.to(device), "ref_rejected_logps": ref_rejected.to(device)}
+        with trainer.accelerator.autocast():
+            return trainer.compute_loss(self.model, inputs)
+
+    def _dpo_trainer(self, beta: float, kind: str) -> Any:
+        """A ``DPOTrainer`` around this engine's model (its optimiser, the run's settings), built once."""
+        if self._dpo is not None:
+            return self._dpo
+        from unittest import mock
+
+        from datasets import Dataset
+        from trl import DPOConfig, DPOTrainer
+
+        config = self.config
+        args = DPOConfig(
+            output_dir=str(Path(config.run.out) / "trl"), use_cpu=self.dist.device.type == "cpu",
+            bf16=config.model.dtype == "bfloat16" and self.dist.device.type == "cuda",
+            beta=beta, loss_type=[kind], precompute_ref_log_probs=True, max_length=None,
+            activation_checkpointing=config.model.gradient_checkpointing, report_to=[], save_strategy="no",
+            disable_tqdm=True, dataloader_num_workers=0, seed=config.run.seed)
+        # DPOTrainer wants a dataset (and scores its reference logprobs once); the learner feeds every pair.
+        placeholder = Dataset.from_dict({"prompt": ["x"], "chosen": [" y"], "rejected": [" z"]})
+        with quiet_trl(), mock.patch.dict(os.environ, {"TQDM_DISABLE": "1"}):
+            self._dpo = DPOTrainer(model=self.model, args=args, processing_class=self._tokenizer,
+                                   train_dataset=placeholder, optimizers=(self.optimizer, self.scheduler))
+        self.model.train()
+        return self._dpo
 
     def backward(self, loss: torch.Tensor) -> None:
         self.trainer.accelerator.backward(loss)

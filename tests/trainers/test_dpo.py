@@ -120,23 +120,37 @@ def test_a_step_with_no_pair_takes_no_gradient(make_row: Any, tmp_path: Path) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sigmoid", "ipo"])
 def test_fsdp_and_trl_take_the_same_dpo_step(make_row: Any, tmp_path: Path, kind: str) -> None:
-    """One SGD step at lr 1, no clipping: the weight deltas are the gradients; the backends agree."""
+    """One SGD step at lr 1, no clipping: the weight deltas are the gradients; agentgym's loss (fsdp) and
+    TRL's DPOTrainer (trl) agree, on one-row episodes and on a pair whose episode spans two rows."""
+    from unittest import mock
+
+    from trl import DPOTrainer
+
     rows = _group(make_row, [1.0, 0.0, 0.4], 0)
     long = make_row("<answer>Phoenix and a longer tail</answer>", reward=0.9, group=1, index=0, seed=1)
     rows += [long, make_row(reward=0.1, group=1, index=1, seed=1)]
+    # an episode of two rows (past the context limit): trl sums its rows as fsdp does, not through DPOTrainer
+    rows += [make_row(reward=1.0, group=2, index=0, seed=2),
+             make_row("<answer>Dragon</answer>", reward=1.0, group=2, index=0, seed=2, row_index=1, prompt="Again."),
+             make_row(reward=0.0, group=2, index=1, seed=2)]
     deltas, metrics = {}, {}
     for backend in ("fsdp", "trl"):
         learner = _learner(backend, tmp_path, optimizer="sgd", lr=1.0, max_grad_norm=0.0, lr_schedule="constant",
                            micro_batch_size=1, pairs="all", dpo_loss=kind)
         model = learner.engine.policy()
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        metrics[backend] = learner.train_step(rows)
+        with mock.patch.object(DPOTrainer, "compute_loss", autospec=True, side_effect=DPOTrainer.compute_loss) as trl:
+            metrics[backend] = learner.train_step(rows)
+        assert trl.call_count == (4 if backend == "trl" else 0)  # one call a one-row pair (micro-batches of 1)
         deltas[backend] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()])
-    assert metrics["fsdp"]["pairs"] == metrics["trl"]["pairs"] == 4
+    assert metrics["fsdp"]["pairs"] == metrics["trl"]["pairs"] == 5
     assert metrics["fsdp"]["loss"] == pytest.approx(metrics["trl"]["loss"], rel=1e-5)
     assert metrics["fsdp"]["grad_norm"] == pytest.approx(metrics["trl"]["grad_norm"], rel=1e-5)
     assert metrics["fsdp"]["grad_norm"] > 0
-    assert torch.allclose(deltas["fsdp"], deltas["trl"], rtol=1e-4, atol=1e-7)
+    # trl's loss is TRL's DPOTrainer.compute_loss, whose fused LM head sums in float32 in its own order:
+    # the deltas agree to rounding, a millionth of the largest.
+    scale = float(deltas["fsdp"].abs().max())
+    assert torch.allclose(deltas["fsdp"], deltas["trl"], rtol=1e-4, atol=1e-6 * scale)
 
 
 # -- pairs files and runs --------------------------------------------------------------------------
