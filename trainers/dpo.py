@@ -213,15 +213,7 @@ class DPOLearner(Learner):
         """Forward and backward one micro-batch of pairs; its sums into ``totals``."""
         engine = self.engine
         names = list(dict.fromkeys(name for pair in chunk for name in (pair.chosen, pair.rejected)))
-        sequences: list[TrainSequence] = []
-        owners: list[int] = []
-        for index, name in enumerate(names):
-            for row in episodes[name]:
-                found = to_sequences([row], [0.0])
-                sequences += found
-                owners += [index] * len(found)
-        if not sequences:  # nothing on this rank: a pass all the same, with no gradient
-            sequences, owners = [filler_sequence(engine.pad_id)], [0]
+        sequences, owners = _episode_sequences(names, episodes, engine.pad_id)
         batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id).to(engine.dist.device)
         # One sequence per episode: the backend's own DPO can take the pairs (TRL's DPOTrainer on trl).
         whole = bool(chunk) and owners == list(range(len(names))) and self.config.rollout.temperature == 1.0
@@ -258,6 +250,22 @@ class DPOLearner(Learner):
         totals.correct += float((margins > 0).sum())
         totals.chosen += float(beta * (summed[chosen] - ref_summed[chosen]).detach().sum())
         totals.rejected += float(beta * (summed[rejected] - ref_summed[rejected]).detach().sum())
+
+
+def _episode_sequences(names: list[str], episodes: dict[str, list[TrajectoryRow]], pad_id: int
+                       ) -> tuple[list[TrainSequence], list[int]]:
+    """The training sequences of the named episodes' rows, and the index in ``names`` each belongs to
+    (one filler sequence, owned by 0, where there are none: a pass all the same, with no gradient)."""
+    sequences: list[TrainSequence] = []
+    owners: list[int] = []
+    for index, name in enumerate(names):
+        for row in episodes[name]:
+            found = to_sequences([row], [0.0])
+            sequences += found
+            owners += [index] * len(found)
+    if not sequences:
+        return [filler_sequence(pad_id)], [0]
+    return sequences, owners
 
 
 def make_dpo(config: TrainConfig, dist: Dist) -> Learner:
