@@ -62,7 +62,7 @@ if has grpo; then  # synchronous and asynchronous GRPO at once
   wait
   evaluate "$OUT/grpo_sync"
   evaluate "$OUT/grpo_async"
-  python scripts/plot_runs.py "$OUT/grpo_sync" "$OUT/grpo_async" --labels synchronous asynchronous \
+  "${PYTHON:-python3}" scripts/plot_runs.py "$OUT/grpo_sync" "$OUT/grpo_async" --labels synchronous asynchronous \
     --out "$OUT/async_sokoban.png"
 fi
 
