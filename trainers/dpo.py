@@ -215,9 +215,9 @@ class DPOLearner(Learner):
         names = list(dict.fromkeys(name for pair in chunk for name in (pair.chosen, pair.rejected)))
         sequences, owners = _episode_sequences(names, episodes, engine.pad_id)
         batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id).to(engine.dist.device)
-        # One sequence per episode: the backend's own DPO can take the pairs (TRL's DPOTrainer on trl).
-        whole = bool(chunk) and owners == list(range(len(names))) and self.config.rollout.temperature == 1.0
-        backend_loss = whole and engine.has_preference_loss
+        # One sequence per episode, logprobs at temperature 1: the backend's own DPO can take the pairs.
+        backend_loss = (engine.has_preference_loss and bool(chunk) and owners == list(range(len(names)))
+                        and self.config.rollout.temperature == 1.0)
         with torch.no_grad() if backend_loss else contextlib.nullcontext():
             logprobs, _ = engine.logprobs(batch)
         with torch.no_grad():
@@ -239,8 +239,7 @@ class DPOLearner(Learner):
         if backend_loss:  # the metrics above come from the same weights, before the update
             mean = engine.preference_loss([sequences[i] for i in chosen.tolist()],
                                           [sequences[i] for i in rejected.tolist()],
-                                          ref_summed[chosen], ref_summed[rejected],
-                                          beta=self.settings.beta, kind=self.settings.dpo_loss)
+                                          ref_summed[chosen], ref_summed[rejected])
             engine.backward(mean * len(chunk) / total_pairs)
         else:
             engine.backward(losses.sum() / total_pairs)

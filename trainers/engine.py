@@ -161,11 +161,10 @@ class Engine(abc.ABC):
         return type(self).preference_loss is not Engine.preference_loss
 
     def preference_loss(self, chosen: Sequence[TrainSequence], rejected: Sequence[TrainSequence],
-                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, *, beta: float, kind: str
-                        ) -> torch.Tensor | None:
-        """The mean DPO loss of the pairs (``chosen[i]``, ``rejected[i]``), each one sequence, computed by
-        the backend's own DPO implementation; None where it has none (the learner computes it)."""
-        return None
+                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor) -> torch.Tensor:
+        """The mean DPO loss (the ``dpo`` settings) of the pairs (``chosen[i]``, ``rejected[i]``), each
+        one sequence, by the backend's own DPO implementation: only where :attr:`has_preference_loss`."""
+        raise NotImplementedError(f"{type(self).__name__} has no DPO loss of its own")
 
     @abc.abstractmethod
     def policy(self) -> torch.nn.Module:

@@ -71,13 +71,7 @@ class TRLEngine(Engine):
 
         model, self._tokenizer = self._build_model()
         optimizer, scheduler = self._build_optimizer(model)
-        args = SFTConfig(
-            output_dir=str(Path(config.run.out) / "trl"), use_cpu=dist.device.type == "cpu",
-            bf16=config.model.dtype == "bfloat16" and dist.device.type == "cuda",
-            max_length=config.rollout.max_context_tokens,
-            activation_checkpointing=config.model.gradient_checkpointing,  # TRL turns it on by default
-            report_to=[], save_strategy="no",
-            disable_tqdm=True, dataloader_num_workers=0, seed=config.run.seed)
+        args = SFTConfig(max_length=config.rollout.max_context_tokens, **self._trainer_args())
         from datasets import Dataset
 
         # SFTTrainer wants a dataset; the run skeleton feeds every batch itself, so one placeholder row.
@@ -89,6 +83,16 @@ class TRLEngine(Engine):
         self.model.train()
         self.optimizer, self.scheduler = optimizer, scheduler
         self._dpo: Any = None  # the DPOTrainer of preference_loss, built on first use
+
+    def _trainer_args(self) -> dict[str, Any]:
+        """What the TRL trainers used as components share: the run's folder, device, precision and seed;
+        no logging, saving or progress bars of their own."""
+        config, device = self.config, self.dist.device
+        return {"output_dir": str(Path(config.run.out) / "trl"), "use_cpu": device.type == "cpu",
+                "bf16": config.model.dtype == "bfloat16" and device.type == "cuda",
+                "activation_checkpointing": config.model.gradient_checkpointing,  # TRL turns it on by default
+                "report_to": [], "save_strategy": "no", "disable_tqdm": True, "dataloader_num_workers": 0,
+                "seed": config.run.seed}
 
     def policy(self) -> torch.nn.Module:
         return self.model
@@ -153,10 +157,9 @@ class TRLEngine(Engine):
                                              num_items_in_batch=torch.tensor(max(loss_tokens, 1.0)))
 
     def preference_loss(self, chosen: Sequence[TrainSequence], rejected: Sequence[TrainSequence],
-                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, *, beta: float, kind: str
-                        ) -> torch.Tensor:
+                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor) -> torch.Tensor:
         """TRL's DPO loss of the pairs: ``DPOTrainer.compute_loss`` on them, the reference's logprobs given."""
-        trainer = self._dpo_trainer(beta, kind)
+        trainer = self._dpo_trainer()
         sequences = [*chosen, *rejected]
         width = max(len(s.input_ids) for s in sequences)
         input_ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
@@ -173,7 +176,7 @@ class TRLEngine(Engine):
         with trainer.accelerator.autocast():
             return trainer.compute_loss(self.model, inputs)
 
-    def _dpo_trainer(self, beta: float, kind: str) -> Any:
+    def _dpo_trainer(self) -> Any:
         """A ``DPOTrainer`` around this engine's model (its optimiser, the run's settings), built once."""
         if self._dpo is not None:
             return self._dpo
@@ -182,13 +185,9 @@ class TRLEngine(Engine):
         from datasets import Dataset
         from trl import DPOConfig, DPOTrainer
 
-        config = self.config
-        args = DPOConfig(
-            output_dir=str(Path(config.run.out) / "trl"), use_cpu=self.dist.device.type == "cpu",
-            bf16=config.model.dtype == "bfloat16" and self.dist.device.type == "cuda",
-            beta=beta, loss_type=[kind], precompute_ref_log_probs=True, max_length=None,
-            activation_checkpointing=config.model.gradient_checkpointing, report_to=[], save_strategy="no",
-            disable_tqdm=True, dataloader_num_workers=0, seed=config.run.seed)
+        dpo = self.config.dpo
+        args = DPOConfig(beta=dpo.beta, loss_type=[dpo.dpo_loss], precompute_ref_log_probs=True, max_length=None,
+                         **self._trainer_args())
         # DPOTrainer wants a dataset (and scores its reference logprobs once); the learner feeds every pair.
         placeholder = Dataset.from_dict({"prompt": ["x"], "chosen": [" y"], "rejected": [" z"]})
         with quiet_trl(), mock.patch.dict(os.environ, {"TQDM_DISABLE": "1"}):
