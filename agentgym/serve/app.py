@@ -40,6 +40,7 @@ import asyncio
 import dataclasses
 import hmac
 import logging
+import os
 import secrets
 from collections.abc import AsyncIterator
 from http import HTTPStatus
@@ -67,8 +68,10 @@ from agentgym.serve.inputs import (
 )
 from agentgym.serve.protocol import (
     ChatCompletionRequest,
+    ChatCompletionResponse,
     CollectiveRPCRequest,
     CompletionRequest,
+    CompletionResponse,
     DetokenizeRequest,
     DetokenizeResponse,
     ErrorInfo,
@@ -327,8 +330,20 @@ def _tokenize(engine: Engine, req: TokenizeRequest) -> TokenizeResponse:
 
 # ------------------------------------------------------------- generation ---
 
+def _answers(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """A generation route's 200 in the schema: the JSON body, or server-sent events when the
+    request says `"stream": true` (each `data:` line a chunk, as OpenAI and vLLM send)."""
+    # Before Open API 3.2 an event stream's schema describes one event.
+    event = {"type": "object", "required": ["data"], "properties": {
+        "data": {"type": "string", "description": "A JSON chunk, or [DONE] after the last"},
+        "event": {"type": "string"}}}
+    events = {"schema": event, "example": 'data: {"choices": [...]}\n\ndata: [DONE]\n\n'}
+    return {200: {"model": model, "description": "The answer; server-sent events when streamed",
+                  "content": {"text/event-stream": events}}}
+
+
 def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
-    @app.post("/v1/completions", response_model=None)
+    @app.post("/v1/completions", response_model=None, responses=_answers(CompletionResponse))
     async def completions(req: CompletionRequest, request: Request) -> Response:
         adapter = _adapter(engine, name, req.model)
         params = completion_params(req)
@@ -349,7 +364,8 @@ def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
         done = await _result(request, generation)
         return _json(await asyncio.to_thread(completion_response, engine, job, done))
 
-    @app.post("/v1/chat/completions", response_model=None)
+    @app.post("/v1/chat/completions", response_model=None,
+               responses=_answers(ChatCompletionResponse))
     async def chat(req: ChatCompletionRequest, request: Request) -> Response:
         adapter = _adapter(engine, name, req.model)
         refuse_chat_extras(req)
@@ -406,11 +422,17 @@ def _adapter(engine: Engine, name: str, model: str | None) -> str | None:
 # ---------------------------------------------------------------- control ---
 
 def _path(value: str, param: str) -> str:
-    """A file path the OS can take: JSON may carry lone surrogates, which no file name has."""
+    """A file path the OS can take: JSON may carry lone surrogates, which no file name has, or a
+    name over the file system's limit. A path that merely does not exist is the loader's to say."""
     try:
-        value.encode()
+        os.stat(value.encode())
     except UnicodeEncodeError as exc:
         raise InvalidRequestError(f"{param} is not a valid file path ({exc.reason}).", param=param) from exc
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        pass
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidRequestError(f"{param} is not a usable file path ({reason}).", param=param) from exc
     return value
 
 

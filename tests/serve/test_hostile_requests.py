@@ -272,10 +272,15 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(server: Runn
 @pytest.mark.parametrize(("path", "body", "param"), [
     ("/update_weights", b'{"weights_path": "/tmp/\\ud800"}', "weights_path"),
     ("/v1/load_lora_adapter", b'{"lora_name": "x", "lora_path": "/tmp/\\udfff"}', "lora_path"),
+    ("/update_weights", b'{"weights_path": "/tmp/' + b"w" * 300 + b'"}', "weights_path"),
+    ("/collective_rpc", b'{"method": "reload_weights", "kwargs": {"weights_path": "/tmp/' + b"w" * 300 + b'"}}',
+     "kwargs.weights_path"),
+    ("/v1/load_lora_adapter", b'{"lora_name": "x", "lora_path": "/tmp/a\\u0000b"}', "lora_path"),
 ])
 def test_a_path_no_file_system_can_hold_is_a_400_naming_it(open_server: str, path: str, body: bytes,
                                                             param: str) -> None:
-    """JSON can carry lone surrogates (as escapes), which no file name has: schemathesis found the 500."""
+    """JSON can carry lone surrogates (as escapes), which no file name has, a name over the file
+    system's 255 bytes, or a NUL: schemathesis found the 500s."""
     headers = {"Authorization": f"Bearer {CONTROL_KEY}", "Content-Type": "application/json"}
     with httpx2.Client(timeout=TIMEOUT_S) as http:
         answer = http.post(f"{open_server}{path}", content=body, headers=headers)
