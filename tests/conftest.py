@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 import agentgym
 from fakes import EchoEnv
+from process_helpers import assert_group_gone, has_proc
 
 
 # Models the tests build (the tiny model) go to one cache per machine, never ~/.cache.
@@ -39,6 +42,25 @@ def tiny_model() -> str:
     from agentgym.models import resolve_model
 
     return resolve_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def real_vllm(tiny_model: str) -> Iterator[Any]:
+    """Real vLLM (the CPU build) serving the tiny model as "tiny", 2,048 tokens: one server for
+    every test that only asks it for tokens (starting one takes most of a minute). A test that
+    changes its weights puts them back before it ends; tests that train against vLLM start
+    their own. Skipped where no Python can import vLLM (scripts/setup_vllm.sh makes one)."""
+    from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
+
+    python = vllm_python()
+    if python is None:
+        pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
+    with VLLMServer(tiny_model, python=python, served_model_name="tiny", max_model_len=2048) as server:
+        assert server.process is not None
+        group = server.process.pid
+        yield server
+    if has_proc():
+        assert_group_gone(group, within=30)  # vLLM's engine processes went with it
 
 
 @pytest.fixture

@@ -24,12 +24,8 @@ def server(request: pytest.FixtureRequest, tiny_model: str) -> Iterator[tuple[st
         with BuiltinServer(tiny_model) as builtin:
             yield builtin.base_url, builtin.model_name, builtin.api_key
         return
-    from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
-
-    if vllm_python() is None:
-        pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
-    with VLLMServer(tiny_model, max_model_len=2048) as vllm:
-        yield vllm.base_url, vllm.model_name, "EMPTY"
+    vllm = request.getfixturevalue("real_vllm")  # the session's (tests/conftest.py)
+    yield vllm.base_url, vllm.model_name, "EMPTY"
 
 
 def rollout(server: tuple[str, str, str], renderer: ChatRenderer, config: RolloutConfig) -> list[TrajectoryRow]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from serve_helpers import MAX_MODEL_LEN, MODEL_NAME, RunningServer
 
-from agentgym.serve.launch import BuiltinServer, free_port
+from agentgym.serve.launch import BuiltinServer
 
 
 @pytest.fixture(scope="session")
@@ -32,13 +32,8 @@ def server(request: pytest.FixtureRequest, tiny_model: str) -> Iterator[RunningS
         with BuiltinServer(tiny_model, served_model_name=MODEL_NAME, max_model_len=MAX_MODEL_LEN) as built:
             yield RunningServer("builtin", built.url, MODEL_NAME, MAX_MODEL_LEN, api_key=built.api_key)
         return
-    from agentgym.serve import vllm
-
-    if vllm.vllm_python() is None:
-        pytest.skip("vLLM is not installed: run scripts/setup_vllm.sh (or set AGENTGYM_VLLM_PYTHON)")
-    with vllm.VLLMServer(tiny_model, port=free_port(), served_model_name=MODEL_NAME,
-                         max_model_len=MAX_MODEL_LEN) as real:
-        yield RunningServer("vllm", real.url, MODEL_NAME, MAX_MODEL_LEN)
+    real = request.getfixturevalue("real_vllm")  # the session's (tests/conftest.py)
+    yield RunningServer("vllm", real.url, real.model_name, real.max_model_len)
 
 
 @pytest.fixture(scope="module")

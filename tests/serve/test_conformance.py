@@ -243,8 +243,9 @@ BAD_REQUESTS = {
     "negative max_tokens": ("/v1/completions", b'{"model": "tiny", "prompt": "Hi", "max_tokens": -1}',
                             400, "max_tokens"),
     "unknown model": ("/v1/completions", b'{"model": "no-such-model", "prompt": "Hi"}', 404, "model"),
+    # Past both servers' contexts (the built-in server's 512 tokens, the session's vLLM's 2,048).
     "oversized prompt": ("/v1/completions",
-                         b'{"model": "tiny", "max_tokens": 4, "prompt": [' + b", ".join([b"5"] * 600) + b"]}",
+                         b'{"model": "tiny", "max_tokens": 4, "prompt": [' + b", ".join([b"5"] * 2100) + b"]}",
                          400, "maximum context length"),
     "malformed JSON": ("/v1/completions", b'{"model": "tiny", "prompt": ', 400, ""),
 }

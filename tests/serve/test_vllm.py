@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from process_helpers import assert_group_gone, has_proc, live_group_members
 
 from agentgym.errors import ConfigError, ServerStartError, WeightSyncError
 from agentgym.serve import vllm as vllm_mod
 from agentgym.serve.vllm import (
-    INSTALL_HINT,
     VLLMServer,
     reload_weights,
     serve_vllm,
@@ -76,27 +76,7 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return _script(tmp_path / "python", f'exec "{sys.executable}" "{server}" "$@"')
 
 
-def _live_group_members(pgid: int) -> list[int]:
-    """Pids in process group ``pgid`` that are not zombies (read from /proc)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process ended while we looked
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(stat.parent.name))
-    return members
-
-
-def _assert_group_gone(pgid: int, within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while _live_group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _live_group_members(pgid) == [], f"processes left behind in group {pgid}"
-
-
-needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+needs_proc = pytest.mark.skipif(not has_proc(), reason="needs Linux /proc")
 
 
 # -- the command and its environment -------------------------------------------------------
@@ -230,11 +210,11 @@ def test_server_starts_answers_and_leaves_nothing_behind(fake_vllm: str, tmp_pat
         assert server.log_path is not None and server.log_path.exists()
         assert server.process is not None
         pgid = server.process.pid
-        assert len(_live_group_members(pgid)) == 2  # the server and its "engine"
+        assert len(live_group_members(pgid)) == 2  # the server and its "engine"
         with urllib.request.urlopen(f"{server.base_url}/models", timeout=5) as response:
             assert response.status == 200
     assert server.process is None
-    _assert_group_gone(pgid)
+    assert_group_gone(pgid)
 
 
 def test_server_that_exits_fails_fast_with_its_log(
@@ -260,7 +240,7 @@ def test_server_that_never_answers_times_out_and_is_stopped(
     with pytest.raises(ServerStartError, match=r"did not answer on .* within 1\.5 s"):
         server.start()
     assert server.process is None
-    _assert_group_gone(stopped[0])
+    assert_group_gone(stopped[0])
 
 
 @needs_proc
@@ -275,7 +255,7 @@ def test_stop_kills_a_server_that_ignores_sigterm(
     pgid = server.process.pid
     server.stop()
     server.stop()  # twice is fine
-    _assert_group_gone(pgid)
+    assert_group_gone(pgid)
 
 
 # -- reload_weights without a server -------------------------------------------------------
@@ -310,17 +290,9 @@ MAX_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tiny_model: str) -> Iterator[VLLMServer]:
-    """Real vLLM serving the tiny model on a free loopback port, for this module."""
-    python = vllm_python()
-    if python is None:
-        pytest.skip(f"no Python that can import vllm: {INSTALL_HINT}")
-    with VLLMServer(tiny_model, python=python) as server:
-        assert server.process is not None
-        pgid = server.process.pid
-        yield server
-    if Path("/proc/self/stat").exists():
-        _assert_group_gone(pgid, within=30)
+def vllm_server(real_vllm: VLLMServer) -> VLLMServer:
+    """Real vLLM serving the tiny model (the session's, see tests/conftest.py)."""
+    return real_vllm
 
 
 @pytest.fixture(scope="module")

@@ -246,16 +246,15 @@ def test_on_policy_distillation_from_the_built_in_server(tmp_path: Path, teacher
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_offline_distillation_from_real_vllm(tmp_path: Path, bandit_rows: Path, teacher_model: str) -> None:
-    """vLLM's prompt_logprobs teach as the in-process teacher does: the same first step (CPU build of vLLM)."""
-    from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
-
-    python = vllm_python()
-    if python is None:
-        pytest.skip(f"no Python that can import vllm: {INSTALL_HINT}")
-    common = {"trajectories": str(bandit_rows), "steps": 1, "episodes_per_step": 8, "teacher_top_k": 5}
-    with VLLMServer(teacher_model, python=python, served_model_name="teacher", max_model_len=1024) as server:
-        served = train(_config(tmp_path / "served", teacher_url=server.base_url, **common))
-    local = train(_config(tmp_path / "local", teacher=teacher_model, **common))
+def test_offline_distillation_from_real_vllm(tmp_path: Path, bandit_rows: Path, teacher_model: str,
+                                             real_vllm: Any, tiny_model: str) -> None:
+    """vLLM's prompt_logprobs teach as the in-process teacher does: the same first step (CPU build of
+    vLLM). The session's vLLM serves the tiny model, so here it is the teacher and the trained copy
+    the student (the roles only need two different models with one tokenizer)."""
+    common = {"trajectories": str(bandit_rows), "steps": 1, "episodes_per_step": 8, "teacher_top_k": 5,
+              "model": teacher_model}
+    served = train(_config(tmp_path / "served", teacher_url=real_vllm.base_url, **common))
+    local = train(_config(tmp_path / "local", teacher=tiny_model, **common))
+    assert served.metrics[0]["forward_kl"] > 0.01  # two different models: something to learn
     assert served.metrics[0]["forward_kl"] == pytest.approx(local.metrics[0]["forward_kl"], rel=1e-3)
     assert served.metrics[0]["teacher_logprob"] == pytest.approx(local.metrics[0]["teacher_logprob"], rel=1e-3)
