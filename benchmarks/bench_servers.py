@@ -31,9 +31,10 @@ def measure(renderer: ChatRenderer, args: argparse.Namespace, good: int, failing
     with contextlib.ExitStack() as stack:
         stubs = [stack.enter_context(move_stub(renderer, args.delay)) for _ in range(good)]
         stubs += [stack.enter_context(StubServer(delay=0.0, fail_every=1)) for _ in range(failing)]
-        turns, policy, wall, cpu = warm_then_time([stub.base_url for stub in stubs], renderer, args, seed=1000)
+        run = warm_then_time([stub.base_url for stub in stubs], renderer, args, seed=1000)
+    turns, wall, cpu = run.turns, run.wall, run.cpu
     spread = " / ".join(f"{s.requests}" + (f" ({s.failures})" if s.failures else "")
-                        for s in policy.server_stats())
+                        for s in run.policy.server_stats())
     return (f"| {good} | {failing} | {turns} | {wall:.1f} | {turns / wall:,.0f} | "
             f"{cpu / turns * 1000:.2f} | {spread} |")
 

@@ -13,13 +13,16 @@ import argparse
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policy import OpenAIPolicy
+from agentgym.rollout.rows import TrajectoryRow
 from agentgym.serve.stub import StubServer
 
-__all__ = ["MOVE", "move_stub", "play", "sokoban", "tiny_renderer", "warm_then_time"]
+__all__ = ["MOVE", "TimedRun", "mean_prompt_tokens", "move_stub", "play", "sokoban", "tiny_renderer",
+           "warm_then_time"]
 
 MOVE = "<answer>Wait</answer>"  # not a move: every episode plays all its turns
 
@@ -40,26 +43,47 @@ def sokoban(episodes: int, concurrency: int, turns: int, *, seed: int = 0) -> Ro
                          max_turns=turns, max_context_tokens=32_768, seed=seed)
 
 
+@dataclass
+class TimedRun:
+    """What :func:`warm_then_time` measured."""
+
+    turns: int
+    policy: OpenAIPolicy
+    wall: float  # seconds
+    cpu: float  # this process's CPU seconds
+    #: the prompt each turn sent, in tokens, on average (its context: instructions, turns so far)
+    mean_prompt_tokens: float
+
+
 async def play(urls: Sequence[str], renderer: ChatRenderer, args: argparse.Namespace, *,
-               seed: int = 0) -> tuple[int, OpenAIPolicy]:
-    """Turns played by ``args.episodes`` episodes over ``urls``, and the (closed) policy for its stats."""
+               seed: int = 0) -> tuple[list[TrajectoryRow], OpenAIPolicy]:
+    """The rows of ``args.episodes`` episodes played over ``urls``, and the (closed) policy for its stats."""
     config = sokoban(args.episodes, args.concurrency, args.turns, seed=seed)
     async with OpenAIPolicy(list(urls), "stub", max_connections=args.concurrency) as policy:
         rows = await EnvManager(config, policy, renderer=renderer).run()
     failed = [row.error for row in rows if row.error]
     if failed:
         raise SystemExit(f"{len(failed)} episodes failed, e.g. {failed[0]}")
-    return sum(row.num_turns for row in rows), policy
+    return rows, policy
+
+
+def mean_prompt_tokens(rows: Sequence[TrajectoryRow]) -> float:
+    """Tokens each turn's request carried as its prompt, on average: the row's prompt and
+    everything before the turn's sampled tokens."""
+    lengths = [len(row.prompt_ids) + span.start for row in rows for span in row.turns]
+    return sum(lengths) / len(lengths)
 
 
 def warm_then_time(urls: Sequence[str], renderer: ChatRenderer, args: argparse.Namespace, *, seed: int = 0,
-                   before: Callable[[], None] | None = None) -> tuple[int, OpenAIPolicy, float, float]:
+                   before: Callable[[], None] | None = None) -> TimedRun:
     """A short untimed warm-up run (imports, template compilation, the thread pool), then the
-    timed run: (turns, policy, wall seconds, this process's CPU seconds). ``before`` runs between."""
+    timed run. ``before`` runs between."""
     warm = argparse.Namespace(**{**vars(args), "episodes": 4, "concurrency": 4, "turns": 2})
     asyncio.run(play(urls, renderer, warm, seed=seed))
     if before is not None:
         before()
     wall, cpu = time.perf_counter(), time.process_time()
-    turns, policy = asyncio.run(play(urls, renderer, args, seed=seed))
-    return turns, policy, time.perf_counter() - wall, time.process_time() - cpu
+    rows, policy = asyncio.run(play(urls, renderer, args, seed=seed))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return TimedRun(turns=sum(row.num_turns for row in rows), policy=policy, wall=wall, cpu=cpu,
+                    mean_prompt_tokens=mean_prompt_tokens(rows))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,7 +14,7 @@ import gymnasium as gym
 from agentgym.core import Outcome, TextEnv
 from agentgym.parsing import extract_answer, normalize
 
-__all__ = ["EchoEnv", "make_game", "played_moves", "refuses", "write_jsonl", "write_parquet"]
+__all__ = ["EchoEnv", "SlowResetEnv", "ThreadNotingEnv", "make_game", "played_moves", "refuses", "write_jsonl", "write_parquet"]
 
 _Env = TypeVar("_Env", bound=TextEnv)
 
@@ -75,6 +77,50 @@ class EchoEnv(TextEnv):
 
     def render_text(self) -> str:
         return f"secret={self.secret} turn={self.turn}"
+
+
+class SlowResetEnv(EchoEnv):
+    """:class:`EchoEnv` whose reset takes ``reset_s`` seconds; every instance is kept, to see which closed."""
+
+    instances: list[SlowResetEnv] = []
+    reset_s = 0.5
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.was_reset = self.closed = False
+        SlowResetEnv.instances.append(self)
+
+    def _new_episode(self, options: dict[str, Any] | None) -> str:
+        time.sleep(self.reset_s)
+        self.was_reset = True
+        return super()._new_episode(options)
+
+    def close(self) -> None:
+        self.closed = True
+        super().close()
+
+
+class ThreadNotingEnv(EchoEnv):
+    """:class:`EchoEnv` noting the thread each reset and step ran on; steps take ``step_s``
+    seconds, waiting or (``step_computes``) computing."""
+
+    calls: list[tuple[str, str]] = []
+    step_s = 0.0
+    step_computes = False
+
+    def _new_episode(self, options: dict[str, Any] | None) -> str:
+        ThreadNotingEnv.calls.append(("reset", threading.current_thread().name))
+        return super()._new_episode(options)
+
+    def _play(self, action: str) -> Outcome:
+        ThreadNotingEnv.calls.append(("step", threading.current_thread().name))
+        if self.step_computes:
+            end = time.thread_time() + self.step_s
+            while time.thread_time() < end:
+                pass
+        else:
+            time.sleep(self.step_s)
+        return super()._play(action)
 
 
 def played_moves(rows: list[Any]) -> dict[tuple[int, int], list[str]]:

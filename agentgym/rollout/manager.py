@@ -2,8 +2,8 @@
 
 Episodes run as asyncio tasks. ``group_size`` episodes share a seed (a GRPO
 group); a semaphore bounds how many play at once; blocking env calls run in a
-thread pool; each episode has a turn limit, a context-token budget and a
-timeout. An episode that fails (the server gave up, the env raised, the
+thread pool, or inline once they prove quick; each episode has a turn limit, a
+context-token budget and a timeout. An episode that fails (the server gave up, the env raised, the
 timeout passed) is still written, with its error: nothing is dropped.
 
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=64, group_size=8)
@@ -14,12 +14,15 @@ timeout passed) is still written, with its error: nothing is dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import sys
 import time
 import zlib
-from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import agentgym
 from agentgym.core import check_number
@@ -31,6 +34,8 @@ from agentgym.rollout.policy import Generation, OpenAIPolicy
 from agentgym.rollout.rows import Message, TrajectoryRow, TurnSpan, observation_hash
 
 __all__ = ["EnvManager", "RolloutConfig"]
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -189,35 +194,102 @@ class _Episode:
         return self.segments[-1].ids
 
 
-class _Stepper:
-    """Steps one env: in the thread pool, or inline once its steps prove quick.
+class _Offload:
+    """Runs one kind of blocking env call (opening an env, a step) for a whole run: in the
+    thread pool, or on the event loop's thread once it proves quick.
 
-    Handing a step to a thread costs the event loop about 0.1 ms of CPU, more
-    than a game's whole step (Sokoban: 12 us). So a step that took under
-    ``inline_below`` seconds in the pool lets the next ones run inline, and an
-    inline step that turns slow (a sandboxed run, say) sends the rest back.
+    Handing a call to a thread costs the event loop about 0.1 ms of CPU, and while the
+    thread runs Python the two take turns at the GIL, which costs more: opening each
+    Sokoban episode's env in the pool cost the manager about 2 ms of CPU more than doing
+    it inline (benchmarks/bench_rollout.py). A call that computes gains nothing from a
+    thread (the GIL lets one run at a time); a call that waits (on a sandbox, a page)
+    frees the loop while it waits there. So a call timed in the pool that took under
+    0.2 ms, or computed for most of a time under the interpreter's switch interval (5 ms),
+    lets the next ones run inline; an inline call that takes over ``inline_stall_s`` sends
+    the rest back. In the pool a call also waits for the GIL, so one that computes can look
+    as if it waited: while calls go there, every ``judge_again_every``-th one that computed
+    runs inline to be judged again. The first call is timed in the pool while the others
+    wait for its verdict (so a run's first wave of episodes does not all go there).
     """
 
-    inline_below = 2e-4
+    #: any call this short runs inline: a thread hand-over costs about as much
+    always_inline_s = 2e-4
+    #: the longest an inline call may hold the loop before the rest go to the pool
+    inline_stall_s = 0.05
+    judge_again_every = 32
 
-    def __init__(self, env: Any, pool: ThreadPoolExecutor) -> None:
-        self.env = env
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
         self.pool = pool
         self.inline = False
+        self._first: asyncio.Event | None = None  # set once the first call is timed
+        self._last_cpu = 0.0  # CPU seconds of the last call timed
+        self._calls_in_pool = 0
 
-    async def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self.inline:
-            result, took = self._timed_step(action)
-        else:
-            loop = asyncio.get_running_loop()
-            result, took = await loop.run_in_executor(self.pool, self._timed_step, action)
-        self.inline = took < self.inline_below
+    async def call(self, function: Callable[..., _T], *args: Any,
+                   abandoned: Callable[[_T], None] | None = None) -> _T:
+        """``function(*args)``; if the caller stops waiting (its episode timed out) while the
+        pool runs it, ``abandoned`` gets the result once there is one (to close an env)."""
+        if self._first is None:
+            self._first = asyncio.Event()
+            try:
+                return await self._in_pool(function, args, abandoned)
+            finally:
+                self._first.set()
+        await self._first.wait()
+        if self.inline or self._judge_again():
+            result, wall, cpu = _timed(function, *args)
+            self.inline, self._last_cpu = wall < self.inline_stall_s, cpu
+            return result
+        return await self._in_pool(function, args, abandoned)
+
+    async def _in_pool(self, function: Callable[..., _T], args: tuple[Any, ...],
+                       abandoned: Callable[[_T], None] | None) -> _T:
+        job = self.pool.submit(_timed, function, *args)
+        try:
+            result, wall, cpu = await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if abandoned is not None:
+                job.add_done_callback(lambda done: _hand_over(done, abandoned))
+            raise
+        computed = wall < sys.getswitchinterval() and cpu >= wall / 2
+        self.inline, self._last_cpu = wall < self.always_inline_s or computed, cpu
         return result
 
-    def _timed_step(self, action: str) -> tuple[tuple[str, float, bool, bool, dict[str, Any]], float]:
-        start = time.perf_counter()
-        result = self.env.step(action)
-        return result, time.perf_counter() - start
+    def _judge_again(self) -> bool:
+        """Whether this call, due for the pool, runs inline to be judged again (a call that
+        hardly computes, such as one waiting on a sandbox, never is)."""
+        if self._last_cpu < self.always_inline_s:
+            return False
+        self._calls_in_pool += 1
+        return self._calls_in_pool % self.judge_again_every == 0
+
+
+def _timed(function: Callable[..., _T], *args: Any) -> tuple[_T, float, float]:
+    """The result, the seconds it took, and the CPU seconds this thread spent on it."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    result = function(*args)
+    return result, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def _hand_over(done: Future[tuple[_T, float, float]], receiver: Callable[[_T], None]) -> None:
+    if not done.cancelled() and done.exception() is None:
+        receiver(done.result()[0])
+
+
+@contextlib.contextmanager
+def _gc_frozen() -> Iterator[None]:
+    """Set what is alive when a run starts (imports, the tokenizer, a trainer's model) aside
+    from the garbage collector until it ends: each full collection of the run would walk all
+    of it again, for nothing (about a tenth of the manager's CPU per turn,
+    benchmarks/bench_rollout.py). A process that freezes objects itself is left as it is."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class EnvManager:
@@ -259,20 +331,21 @@ class EnvManager:
         keys = [key for key in self.config.episode_keys() if key not in done]
         semaphore = asyncio.Semaphore(self.config.concurrency)
         workers = min(self.config.concurrency, 64)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentgym-env") as pool:
-            tasks = [self._guarded(group, index, semaphore, pool) for group, index in keys]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentgym-env") as pool, _gc_frozen():
+            opener, stepper = _Offload(pool), _Offload(pool)
+            tasks = [self._guarded(group, index, semaphore, opener, stepper) for group, index in keys]
             results = await asyncio.gather(*tasks)
         return [row for rows in results for row in rows]
 
     async def _guarded(
-        self, group: int, index: int, semaphore: asyncio.Semaphore, pool: ThreadPoolExecutor
+        self, group: int, index: int, semaphore: asyncio.Semaphore, opener: _Offload, stepper: _Offload
     ) -> list[TrajectoryRow]:
         async with semaphore:
             seed = self.config.group_seed(group)
             episode_id = f"{self.config.env_id}/s{seed}/g{group}/e{index}"
             episode = _Episode(group, index, seed=seed, id=episode_id)
             try:
-                await asyncio.wait_for(self._play(episode, pool), self.config.episode_timeout)
+                await asyncio.wait_for(self._play(episode, opener, stepper), self.config.episode_timeout)
             except TimeoutError:
                 episode.error = f"the episode took longer than {self.config.episode_timeout:g} s"
                 episode.stop_reason = "timeout"
@@ -286,23 +359,31 @@ class EnvManager:
                 self.on_episode(rows)
             return rows
 
-    async def _play(self, episode: _Episode, pool: ThreadPoolExecutor) -> None:
-        loop = asyncio.get_running_loop()
-        env = await loop.run_in_executor(pool, lambda: agentgym.make(self.config.env_id, **self._env_kwargs))
+    def _open_env(self, seed: int) -> tuple[Any, str, str]:
+        """A new env, reset to ``seed``: (env, first observation, instructions), in one call
+        (one hand-over to the thread pool, where it runs there); closed here if the reset fails."""
+        env = agentgym.make(self.config.env_id, **self._env_kwargs)
         try:
-            observation, _ = await loop.run_in_executor(pool, lambda: env.reset(seed=episode.seed))
-            instructions = env.get_wrapper_attr("instructions")  # a wrapper may extend them (tools)
+            observation, _ = env.reset(seed=seed)
+            return env, observation, env.get_wrapper_attr("instructions")  # a wrapper may extend them (tools)
+        except BaseException:
+            env.close()
+            raise
+
+    async def _play(self, episode: _Episode, opener: _Offload, stepper: _Offload) -> None:
+        env, observation, instructions = await opener.call(self._open_env, episode.seed,
+                                                           abandoned=lambda opened: opened[0].close())
+        try:
             episode.messages += [Message(role="system", content=instructions),
                                  Message(role="user", content=observation)]
             prompt = self.renderer.prompt_ids(instructions, observation) if self.renderer else []
             episode.segments.append(_Segment(prompt))
-            stepper = _Stepper(env, pool)
             while True:
                 generation = await self._generate(episode, env)
                 if generation is None:
                     return
                 self._record_generation(episode, generation)
-                observation, reward, terminated, truncated, info = await stepper.step(generation.text)
+                observation, reward, terminated, truncated, info = await stepper.call(env.step, generation.text)
                 episode.turn_rewards.append(float(reward))
                 episode.invalid_actions += not info.get("action_valid", True)
                 episode.success = bool(info.get("success", False))

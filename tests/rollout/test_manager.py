@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,15 @@ from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter, done_episodes, read_rows
 from agentgym.serve.stub import StubServer
 from alignment import assert_aligned
-from fakes import played_moves
+from fakes import SlowResetEnv, ThreadNotingEnv, played_moves
+
+import agentgym
+
+SLOW_RESET_ID = "SlowReset-LLM-v0"
+agentgym.register(SLOW_RESET_ID, "fakes:SlowResetEnv", family="test", description="Echo, slow to reset.")
+THREAD_NOTING_ID = "ThreadNoting-LLM-v0"
+agentgym.register(THREAD_NOTING_ID, "fakes:ThreadNotingEnv", family="test",
+                  description="Echo, noting the thread of each call.")
 
 
 def run(config: RolloutConfig, base_url: str, renderer: ChatRenderer, *, retries: int = 3,
@@ -128,6 +137,68 @@ def test_an_episode_over_its_time_limit_is_recorded(up_ids: list[int], renderer:
                    server.base_url, renderer)
     assert [row.stop_reason for row in rows] == ["timeout", "timeout"]
     assert all("longer than 0.5 s" in row.error for row in rows)
+
+
+def test_an_env_still_opening_when_its_episode_times_out_is_closed_once_open() -> None:
+    """The env is made and reset in the thread pool; the episode stops waiting at its time limit,
+    and the env, once its reset returns, is closed rather than left open (a sandbox, a browser)."""
+    SlowResetEnv.instances.clear()
+    config = RolloutConfig(env_id=SLOW_RESET_ID, episodes=3, episode_timeout=0.1)
+    rows = asyncio.run(EnvManager(config, ScriptedPolicy(["<answer>apple</answer>"])).run())
+    assert [row.stop_reason for row in rows] == ["timeout"] * 3
+    opened = [env for env in SlowResetEnv.instances if env.was_reset]
+    assert opened and all(env.closed for env in opened)
+
+
+@pytest.mark.parametrize(("step_s", "computes", "steps_inline"), [
+    (0.0, False, True),  # quicker than a hand-over to a thread
+    (0.002, True, True),  # computing: a thread would only take turns with the loop at the GIL
+    (0.002, False, False),  # waiting: the loop works on while a thread waits
+])
+def test_quick_env_calls_run_on_the_event_loop_and_waiting_ones_in_the_pool(
+        step_s: float, computes: bool, steps_inline: bool) -> None:
+    """Opening envs and stepping them is timed in the thread pool first; calls that prove quick
+    run on the event loop's thread after that."""
+    ThreadNotingEnv.calls.clear()
+    ThreadNotingEnv.step_s, ThreadNotingEnv.step_computes = step_s, computes
+    config = RolloutConfig(env_id=THREAD_NOTING_ID, episodes=6, concurrency=6)
+    asyncio.run(EnvManager(config, ScriptedPolicy(lambda observation: "<answer>pear</answer>")).run())
+    resets = [thread for kind, thread in ThreadNotingEnv.calls if kind == "reset"]
+    steps = [thread for kind, thread in ThreadNotingEnv.calls if kind == "step"]
+    assert len(resets) == 6 and len(steps) == 18
+    assert resets[0].startswith("agentgym-env") and set(resets[1:]) == {"MainThread"}
+    assert steps[0].startswith("agentgym-env")
+    if steps_inline:
+        assert set(steps[1:]) == {"MainThread"}
+    else:
+        assert all(thread.startswith("agentgym-env") for thread in steps)
+
+
+class _WatchesTheCollector:
+    """Plays the secret-word answer and notes how many objects the collector has set aside."""
+
+    def __init__(self) -> None:
+        self.frozen: list[int] = []
+
+    def act(self, observation: str, env: object) -> str:
+        self.frozen.append(gc.get_freeze_count())
+        return "<answer>apple</answer>"
+
+
+def test_a_run_sets_the_live_objects_aside_from_the_collector_and_gives_them_back() -> None:
+    config = RolloutConfig(env_id="Echo-LLM-v0", episodes=2)
+    assert gc.get_freeze_count() == 0
+    policy = _WatchesTheCollector()
+    asyncio.run(EnvManager(config, policy).run())
+    assert policy.frozen and min(policy.frozen) > 0  # set aside while the episodes played
+    assert gc.get_freeze_count() == 0  # and given back
+    gc.freeze()  # a process that sets objects aside itself keeps them so
+    try:
+        kept = gc.get_freeze_count()
+        asyncio.run(EnvManager(config, _WatchesTheCollector()).run())
+        assert gc.get_freeze_count() >= kept
+    finally:
+        gc.unfreeze()
 
 
 def test_model_free_policies_are_tokenized_like_a_model(renderer: ChatRenderer) -> None:
