@@ -3,8 +3,9 @@
 Episodes run as asyncio tasks. ``group_size`` episodes share a seed (a GRPO
 group); a semaphore bounds how many play at once; blocking env calls run in a
 thread pool, or inline once they prove quick; each episode has a turn limit, a
-context-token budget and a timeout. An episode that fails (the server gave up, the env raised, the
-timeout passed) is still written, with its error: nothing is dropped.
+context-token budget and a timeout. An episode that fails (the server gave up,
+the env raised, the timeout passed) is still written, with its error: nothing
+is dropped.
 
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=64, group_size=8)
     async with OpenAIPolicy(base_url, "tiny") as policy:
@@ -16,26 +17,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import sys
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import agentgym
 from agentgym.core import check_number
 from agentgym.errors import AgentGymError, ConfigError
 from agentgym.registry import env_argument_error, env_info
 from agentgym.rollout.chat import ChatRenderer
+from agentgym.rollout.offload import Offload
 from agentgym.rollout.policies import ExpertCorrection, PlayOnly, Policy
 from agentgym.rollout.policy import Generation, OpenAIPolicy
 from agentgym.rollout.rows import Message, TrajectoryRow, TurnSpan, observation_hash
 
 __all__ = ["EnvManager", "RolloutConfig"]
-
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -194,88 +193,6 @@ class _Episode:
         return self.segments[-1].ids
 
 
-class _Offload:
-    """Runs one kind of blocking env call (opening an env, a step) for a whole run: in the
-    thread pool, or on the event loop's thread once it proves quick.
-
-    Handing a call to a thread costs the event loop about 0.1 ms of CPU, and while the
-    thread runs Python the two take turns at the GIL, which costs more: opening each
-    Sokoban episode's env in the pool cost the manager about 2 ms of CPU more than doing
-    it inline (benchmarks/bench_rollout.py). A call that computes gains nothing from a
-    thread (the GIL lets one run at a time); a call that waits (on a sandbox, a page)
-    frees the loop while it waits there. So a call timed in the pool that took under
-    0.2 ms, or computed for most of a time under the interpreter's switch interval (5 ms),
-    lets the next ones run inline; an inline call that takes over ``inline_stall_s`` sends
-    the rest back. In the pool a call also waits for the GIL, so one that computes can look
-    as if it waited: while calls go there, every ``judge_again_every``-th one that computed
-    runs inline to be judged again. The first call is timed in the pool while the others
-    wait for its verdict (so a run's first wave of episodes does not all go there).
-    """
-
-    #: any call this short runs inline: a thread hand-over costs about as much
-    always_inline_s = 2e-4
-    #: the longest an inline call may hold the loop before the rest go to the pool
-    inline_stall_s = 0.05
-    judge_again_every = 32
-
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
-        self.pool = pool
-        self.inline = False
-        self._first: asyncio.Event | None = None  # set once the first call is timed
-        self._last_cpu = 0.0  # CPU seconds of the last call timed
-        self._calls_in_pool = 0
-
-    async def call(self, function: Callable[..., _T], *args: Any,
-                   abandoned: Callable[[_T], None] | None = None) -> _T:
-        """``function(*args)``; if the caller stops waiting (its episode timed out) while the
-        pool runs it, ``abandoned`` gets the result once there is one (to close an env)."""
-        if self._first is None:
-            self._first = asyncio.Event()
-            try:
-                return await self._in_pool(function, args, abandoned)
-            finally:
-                self._first.set()
-        await self._first.wait()
-        if self.inline or self._judge_again():
-            result, wall, cpu = _timed(function, *args)
-            self.inline, self._last_cpu = wall < self.inline_stall_s, cpu
-            return result
-        return await self._in_pool(function, args, abandoned)
-
-    async def _in_pool(self, function: Callable[..., _T], args: tuple[Any, ...],
-                       abandoned: Callable[[_T], None] | None) -> _T:
-        job = self.pool.submit(_timed, function, *args)
-        try:
-            result, wall, cpu = await asyncio.wrap_future(job)
-        except asyncio.CancelledError:
-            if abandoned is not None:
-                job.add_done_callback(lambda done: _hand_over(done, abandoned))
-            raise
-        computed = wall < sys.getswitchinterval() and cpu >= wall / 2
-        self.inline, self._last_cpu = wall < self.always_inline_s or computed, cpu
-        return result
-
-    def _judge_again(self) -> bool:
-        """Whether this call, due for the pool, runs inline to be judged again (a call that
-        hardly computes, such as one waiting on a sandbox, never is)."""
-        if self._last_cpu < self.always_inline_s:
-            return False
-        self._calls_in_pool += 1
-        return self._calls_in_pool % self.judge_again_every == 0
-
-
-def _timed(function: Callable[..., _T], *args: Any) -> tuple[_T, float, float]:
-    """The result, the seconds it took, and the CPU seconds this thread spent on it."""
-    wall, cpu = time.perf_counter(), time.thread_time()
-    result = function(*args)
-    return result, time.perf_counter() - wall, time.thread_time() - cpu
-
-
-def _hand_over(done: Future[tuple[_T, float, float]], receiver: Callable[[_T], None]) -> None:
-    if not done.cancelled() and done.exception() is None:
-        receiver(done.result()[0])
-
-
 @contextlib.contextmanager
 def _gc_frozen() -> Iterator[None]:
     """Set what is alive when a run starts (imports, the tokenizer, a trainer's model) aside
@@ -332,13 +249,13 @@ class EnvManager:
         semaphore = asyncio.Semaphore(self.config.concurrency)
         workers = min(self.config.concurrency, 64)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentgym-env") as pool, _gc_frozen():
-            opener, stepper = _Offload(pool), _Offload(pool)
+            opener, stepper = Offload(pool), Offload(pool)
             tasks = [self._guarded(group, index, semaphore, opener, stepper) for group, index in keys]
             results = await asyncio.gather(*tasks)
         return [row for rows in results for row in rows]
 
     async def _guarded(
-        self, group: int, index: int, semaphore: asyncio.Semaphore, opener: _Offload, stepper: _Offload
+        self, group: int, index: int, semaphore: asyncio.Semaphore, opener: Offload, stepper: Offload
     ) -> list[TrajectoryRow]:
         async with semaphore:
             seed = self.config.group_seed(group)
@@ -370,7 +287,7 @@ class EnvManager:
             env.close()
             raise
 
-    async def _play(self, episode: _Episode, opener: _Offload, stepper: _Offload) -> None:
+    async def _play(self, episode: _Episode, opener: Offload, stepper: Offload) -> None:
         env, observation, instructions = await opener.call(self._open_env, episode.seed,
                                                            abandoned=lambda opened: opened[0].close())
         try:

@@ -158,20 +158,21 @@ def test_an_env_still_opening_when_its_episode_times_out_is_closed_once_open() -
 def test_quick_env_calls_run_on_the_event_loop_and_waiting_ones_in_the_pool(
         step_s: float, computes: bool, steps_inline: bool) -> None:
     """Opening envs and stepping them is timed in the thread pool first; calls that prove quick
-    run on the event loop's thread after that."""
+    run on the event loop's thread after that, for every episode of the run. (Counted with some
+    slack: on a loaded machine a trivial call can look slow once and go to the pool, and back.)"""
     ThreadNotingEnv.calls.clear()
     ThreadNotingEnv.step_s, ThreadNotingEnv.step_computes = step_s, computes
-    config = RolloutConfig(env_id=THREAD_NOTING_ID, episodes=6, concurrency=6)
+    config = RolloutConfig(env_id=THREAD_NOTING_ID, episodes=12, concurrency=4, max_turns=10)
     asyncio.run(EnvManager(config, ScriptedPolicy(lambda observation: "<answer>pear</answer>")).run())
-    resets = [thread for kind, thread in ThreadNotingEnv.calls if kind == "reset"]
-    steps = [thread for kind, thread in ThreadNotingEnv.calls if kind == "step"]
-    assert len(resets) == 6 and len(steps) == 18
-    assert resets[0].startswith("agentgym-env") and set(resets[1:]) == {"MainThread"}
-    assert steps[0].startswith("agentgym-env")
+    resets = [thread == "MainThread" for kind, thread in ThreadNotingEnv.calls if kind == "reset"]
+    steps = [thread == "MainThread" for kind, thread in ThreadNotingEnv.calls if kind == "step"]
+    assert len(resets) == 12 and len(steps) == 120
+    assert not resets[0] and not steps[0]  # each kind's first call is timed in the pool
+    assert sum(resets) >= 8  # not every episode's env opened in the pool
     if steps_inline:
-        assert set(steps[1:]) == {"MainThread"}
+        assert sum(steps) >= 90
     else:
-        assert all(thread.startswith("agentgym-env") for thread in steps)
+        assert not any(steps)
 
 
 class _WatchesTheCollector:
