@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import platform
 import statistics
@@ -95,7 +94,7 @@ def measure(renderer: ChatRenderer, args: argparse.Namespace, delay: float) -> s
     runs, bare_ms = [], []
     with move_stub(renderer, delay) as stub:
         for _ in range(args.repeats):
-            run = warm_then_time([stub.base_url], renderer, args, before=gc.freeze if args.freeze_gc else None)
+            run = warm_then_time([stub.base_url], renderer, args)
             runs.append(run)
             bare = bare_cpu_per_request(stub.base_url, run.turns, args.concurrency, round(run.mean_prompt_tokens))
             bare_ms.append(bare * 1000)
@@ -103,12 +102,13 @@ def measure(renderer: ChatRenderer, args: argparse.Namespace, delay: float) -> s
     env_ms = env_cpu_per_turn(args) * 1000
     each = ", ".join(f"{manager / bare:.1f}" for manager, bare in zip(cpu_ms, bare_ms))
     apart = ", ".join(f"{(manager - env_ms) / bare:.1f}" for manager, bare in zip(cpu_ms, bare_ms))
-    run = runs[0]  # every repeat plays the same episodes
+    first = runs[0]  # every repeat plays the same episodes
     wall, manager, bare = (statistics.median(values) for values in
-                           ([run.wall for run in runs], cpu_ms, bare_ms))
+                           ([each_run.wall for each_run in runs], cpu_ms, bare_ms))
     ideal = args.concurrency / delay
-    return (f"| {delay * 1000:g} | {args.episodes} | {run.turns} | {round(run.mean_prompt_tokens)} | {wall:.1f} | "
-            f"{run.turns / wall:,.0f} | {ideal:,.0f} | {run.turns / wall / ideal:.0%} | {manager:.2f} | "
+    turns = first.turns
+    return (f"| {delay * 1000:g} | {args.episodes} | {turns} | {round(first.mean_prompt_tokens)} | {wall:.1f} | "
+            f"{turns / wall:,.0f} | {ideal:,.0f} | {turns / wall / ideal:.0%} | {manager:.2f} | "
             f"{1000 / manager:,.0f} | {bare:.3f} | {manager / bare:.1f} ({each}) | {env_ms:.3f} | "
             f"{(manager - env_ms) / bare:.1f} ({apart}) |")
 
@@ -122,7 +122,6 @@ def main() -> None:
                         help="stub latencies in seconds, one table row each")
     parser.add_argument("--repeats", type=int, default=3,
                         help="manager and bare runs, in turn, per latency (the table has their medians)")
-    parser.add_argument("--freeze-gc", action="store_true", help="gc.freeze() the objects of the imports")
     args = parser.parse_args()
     renderer = tiny_renderer()
     rows = [measure(renderer, args, delay) for delay in args.delay]

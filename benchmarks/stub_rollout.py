@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentgym.rollout.chat import ChatRenderer
@@ -74,14 +74,12 @@ def mean_prompt_tokens(rows: Sequence[TrajectoryRow]) -> float:
     return sum(lengths) / len(lengths)
 
 
-def warm_then_time(urls: Sequence[str], renderer: ChatRenderer, args: argparse.Namespace, *, seed: int = 0,
-                   before: Callable[[], None] | None = None) -> TimedRun:
+def warm_then_time(urls: Sequence[str], renderer: ChatRenderer, args: argparse.Namespace, *,
+                   seed: int = 0) -> TimedRun:
     """A short untimed warm-up run (imports, template compilation, the thread pool), then the
-    timed run. ``before`` runs between."""
+    timed run."""
     warm = argparse.Namespace(**{**vars(args), "episodes": 4, "concurrency": 4, "turns": 2})
     asyncio.run(play(urls, renderer, warm, seed=seed))
-    if before is not None:
-        before()
     wall, cpu = time.perf_counter(), time.process_time()
     rows, policy = asyncio.run(play(urls, renderer, args, seed=seed))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
