@@ -62,7 +62,7 @@ def test_the_service_keeps_to_its_schema_under_fuzzing(tmp_path: Path) -> None:
             _wait_for(url, service)
             fuzz = subprocess.run(
                 [st, "run", f"{url}/openapi.json", "--checks", "all", "--max-examples", "20",
-                 "--max-time", "60", "--request-timeout", "60", "--no-color"],
+                 "--max-time", "45", "--request-timeout", "60", "--no-color"],
                 capture_output=True, text=True, timeout=240, cwd=tmp_path, check=False,
                 env={**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS), "NO_COLOR": "1"})
         finally:

@@ -262,7 +262,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(server: Runn
         pytest.skip("schemathesis is not installed (pip install -e '.[test]')")
     run = subprocess.run(
         [st, "run", f"{server.url}/openapi.json", "--checks", "all",
-         "--exclude-checks", "positive_data_acceptance", "--max-examples", "15", "--max-time", "75",
+         "--exclude-checks", "positive_data_acceptance", "--max-examples", "15", "--max-time", "55",
          "--workers", "1", "--seed", "38", "-H", f"Authorization: Bearer {server.api_key}"],
         capture_output=True, text=True, timeout=400, check=False)
     assert run.returncode == 0, run.stdout[-6000:]
