@@ -9,7 +9,7 @@ tokens of all its rows; the env's and tools' tokens carry none, as in GRPO. The 
 the model the run starts from (the skeleton keeps it, and in OUT/reference for a resume).
 
 On the trl backend, pairs of one-row episodes take TRL's ``DPOTrainer.compute_loss``
-(:meth:`~agentgym.trainers.engine.Engine.preference_loss`); the rest take :func:`dpo_loss`.
+(:class:`~agentgym.trainers.engine.PreferenceLoss`); the rest take :func:`dpo_loss`.
 
 One optimiser step a training step, on all its pairs: micro-batches of ``optim.micro_batch_size``
 pairs (both completions of a pair in the same forward pass, since the loss couples them) whose
@@ -25,7 +25,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +33,7 @@ from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.algorithms import dpo_loss
 from agentgym.trainers.batch import TrainSequence, collate, filler_sequence, to_sequences
-from agentgym.trainers.engine import Engine
+from agentgym.trainers.engine import Engine, PreferenceLoss
 from agentgym.trainers.fsdp.distributed import Dist, all_reduce
 from agentgym.trainers.learner import Learner, build_learner
 from agentgym.trainers.settings import TrainConfig
@@ -216,7 +215,8 @@ class DPOLearner(Learner):
         sequences, owners = _episode_sequences(names, episodes, engine.pad_id)
         batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id).to(engine.dist.device)
         # One sequence per episode, logprobs at temperature 1: the backend's own DPO can take the pairs.
-        backend_loss = (engine.has_preference_loss and bool(chunk) and owners == list(range(len(names)))
+        backend = engine if isinstance(engine, PreferenceLoss) else None
+        backend_loss = (backend is not None and bool(chunk) and owners == list(range(len(names)))
                         and self.config.rollout.temperature == 1.0)
         with torch.no_grad() if backend_loss else contextlib.nullcontext():
             logprobs, _ = engine.logprobs(batch)
@@ -236,8 +236,8 @@ class DPOLearner(Learner):
         losses, margins = dpo_loss(summed[chosen], summed[rejected], ref_summed[chosen], ref_summed[rejected],
                                    beta=self.settings.beta, kind=self.settings.dpo_loss,
                                    chosen_tokens=tokens[chosen], rejected_tokens=tokens[rejected])
-        if backend_loss:  # the metrics above come from the same weights, before the update
-            mean = engine.preference_loss([sequences[i] for i in chosen.tolist()],
+        if backend_loss and backend is not None:  # the metrics above come from the same weights, before the update
+            mean = backend.preference_loss([sequences[i] for i in chosen.tolist()],
                                           [sequences[i] for i in rejected.tolist()],
                                           ref_summed[chosen], ref_summed[rejected])
             engine.backward(mean * len(chunk) / total_pairs)

@@ -20,7 +20,7 @@ import fnmatch
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -31,7 +31,17 @@ from agentgym.trainers.fsdp.distributed import Dist
 from agentgym.trainers.optimizers import build_optimizer
 from agentgym.trainers.settings import TrainConfig
 
-__all__ = ["Engine", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"]
+__all__ = ["Engine", "PreferenceLoss", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"]
+
+
+@runtime_checkable
+class PreferenceLoss(Protocol):
+    """An engine with a DPO implementation of its own (the trl backend's, TRL's ``DPOTrainer``)."""
+
+    def preference_loss(self, chosen: Sequence[TrainSequence], rejected: Sequence[TrainSequence],
+                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor) -> torch.Tensor:
+        """The mean DPO loss (the ``dpo`` settings) of the pairs (``chosen[i]``, ``rejected[i]``),
+        each one sequence."""
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -154,17 +164,6 @@ class Engine(abc.ABC):
         ``lr``: this step's rate instead of the schedule's, which then does not advance (the
         format warm-up).
         """
-
-    @property
-    def has_preference_loss(self) -> bool:
-        """Whether :meth:`preference_loss` computes the loss (a backend's own DPO)."""
-        return type(self).preference_loss is not Engine.preference_loss
-
-    def preference_loss(self, chosen: Sequence[TrainSequence], rejected: Sequence[TrainSequence],
-                        ref_chosen: torch.Tensor, ref_rejected: torch.Tensor) -> torch.Tensor:
-        """The mean DPO loss (the ``dpo`` settings) of the pairs (``chosen[i]``, ``rejected[i]``), each
-        one sequence, by the backend's own DPO implementation: only where :attr:`has_preference_loss`."""
-        raise NotImplementedError(f"{type(self).__name__} has no DPO loss of its own")
 
     @abc.abstractmethod
     def policy(self) -> torch.nn.Module:
