@@ -3,7 +3,7 @@
 Run:  .venv/bin/python benchmarks/bench_async.py [--steps 6] [--delay 0.5] [--train-seconds 1.0 2.0 4.0]
       .venv/bin/python benchmarks/bench_async.py --builtin [--steps 6] [--model tiny-128x4]
 
-(a) The real run skeleton (``agentgym.trainers.run.train``) against a stub OpenAI server
+(a) The real run skeleton (``agentgym.trainers.loop.run.train``) against a stub OpenAI server
 that answers every completion after ``--delay`` seconds (it stands in for GPU
 inference), with a learner of known cost: it sleeps ``--train-seconds`` a step
 (it stands in for the optimiser's work, and leaves the cores free, as a GPU
@@ -32,9 +32,9 @@ from typing import Any
 
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.serve.stub import StubServer
-from agentgym.trainers.learner import Learner, build_learner
+from agentgym.trainers.learners.base import Learner, build_learner
 from agentgym.trainers.registry import register_trainer
-from agentgym.trainers.run import train
+from agentgym.trainers.loop.run import train
 from agentgym.trainers.settings import TrainConfig
 
 _TRAIN_SECONDS = [1.0]

@@ -8,10 +8,10 @@ demonstrations (6x6, 1 box, ``--expert-noise 0.25``) with ``agentgym rollout --p
 solver``, the rows the recipe's SFT learns from: their lengths vary (a few hundred to
 a few thousand tokens), so a batch drawn at random pads to its longest row. Each setting
 trains the same model from the same weights on the same random batches (``--steps`` steps
-of 16, after one untimed step; :class:`~agentgym.trainers.sft.SFTBatches`' order, the SFT
+of 16, after one untimed step; :class:`~agentgym.trainers.learners.sft.SFTBatches`' order, the SFT
 learner on ``--backend``'s engine) and the table gives the seconds a step and the tokens the forward passes read per real
 (unpadded) token. The same step in fewer padded tokens is the whole point: the
-loss is the batch's token mean in every setting (tests/trainers/test_sft.py checks the weights).
+loss is the batch's token mean in every setting (tests/trainers/learners/test_sft.py checks the weights).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from agentgym.trainers.fsdp.distributed import init_distributed
-from agentgym.trainers.learner import build_learner
+from agentgym.trainers.engines.distributed import init_distributed
+from agentgym.trainers.learners.base import build_learner
 from agentgym.trainers.settings import TrainConfig
-from agentgym.trainers.sft import SFTBatches, SFTLearner
+from agentgym.trainers.learners.sft import SFTBatches, SFTLearner
 
 SOKOBAN = ["--env", "Sokoban-LLM-v0", "-k", "dim_room=[6,6]", "-k", "num_boxes=1", "-k", "brief=true",
            "-k", "show_positions=true"]

@@ -4,7 +4,7 @@ the weight sync.
 Run:  .venv/bin/python benchmarks/bench_train.py [--model tiny] [--rows 64] [--prompt 200] [--completion 48]
                                                  [--micro-batch 16] [--steps 3] [--skip-trl] [--device auto]
 
-Both engines run the same learner (:class:`~agentgym.trainers.grpo.GRPOLearner`)
+Both engines run the same learner (:class:`~agentgym.trainers.learners.grpo.GRPOLearner`)
 on the same fixed trajectory rows (``--rows`` sequences in groups of 8,
 ``--prompt`` prompt tokens and ``--completion`` sampled tokens each, rewards
 drawn once with a seed), so they do the same work per optimiser step: one
@@ -36,9 +36,9 @@ import torch
 
 from agentgym.models import resolve_model
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.fsdp.distributed import init_distributed
-from agentgym.trainers.grpo import GRPOLearner
-from agentgym.trainers.learner import build_learner
+from agentgym.trainers.engines.distributed import init_distributed
+from agentgym.trainers.learners.grpo import GRPOLearner
+from agentgym.trainers.learners.base import build_learner
 from agentgym.trainers.settings import TrainConfig
 
 GROUP = 8
@@ -91,7 +91,7 @@ def bench_learner(args: argparse.Namespace, rows: list[TrajectoryRow], backend: 
 def bench_sync(learner: GRPOLearner, pushes: int) -> tuple[float, float]:
     """Mean seconds of gather + write + load into the built-in server, and the size in MB."""
     from agentgym.serve.launch import BuiltinServer
-    from agentgym.trainers.sync import make_weight_sync
+    from agentgym.trainers.loop.sync import make_weight_sync
 
     with BuiltinServer(learner.engine.model_path) as server:
         sync = make_weight_sync("builtin", server.url, model_name=server.model_name, api_key=server.api_key)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from compare_evals import mcnemar_exact  # the same exact binomial test, on steps instead of levels
 
-from agentgym.trainers.metrics import EPISODES_FILE, read_jsonl
+from agentgym.trainers.loop.metrics import EPISODES_FILE, read_jsonl
 
 
 def step_metrics(run: str) -> dict[int, dict[str, float]]:

@@ -25,7 +25,10 @@ import agentgym.sandbox
 import agentgym.serve
 import agentgym.tools
 import agentgym.trainers
-import agentgym.trainers.fsdp
+import agentgym.trainers.engines
+import agentgym.trainers.learners
+import agentgym.trainers.loop
+import agentgym.trainers.losses
 
 _CORE = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.moves", "agentgym.parsing",
          "agentgym.registry", "agentgym.spaces", "agentgym.vector"]
@@ -33,7 +36,9 @@ _CORE = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.moves", "agen
 _PACKAGES = [agentgym.cli, agentgym.models, agentgym.rollout, agentgym.sandbox, agentgym.serve,
              agentgym.tools,
              agentgym.rewards, agentgym.envs.code, agentgym.envs.math, agentgym.envs.reasoning,
-             agentgym.envs.retrieval, agentgym.envs.web, agentgym.trainers, agentgym.trainers.fsdp]
+             agentgym.envs.retrieval, agentgym.envs.web, agentgym.trainers,
+             agentgym.trainers.engines, agentgym.trainers.learners, agentgym.trainers.loop,
+             agentgym.trainers.losses]
 MODULES = _CORE + [
     info.name for package in _PACKAGES
     for info in pkgutil.iter_modules(package.__path__, package.__name__ + ".")
@@ -80,24 +85,24 @@ def test_every_error_derives_from_the_root() -> None:
 
 #: What a user of the trainers reaches for, module by module (the rest of each __all__ may grow).
 _TRAINER_API = {
-    "agentgym.trainers.run": {"LoopState", "TrainResult", "train"},
+    "agentgym.trainers.loop.run": {"LoopState", "TrainResult", "train"},
     "agentgym.trainers.settings": {"SECTIONS", "TrainConfig"},
-    "agentgym.trainers.learner": {"Learner", "build_learner", "engine_class"},
-    "agentgym.trainers.engine": {"Engine", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"},
-    "agentgym.trainers.grpo": {"GRPOLearner", "make_grpo"},
-    "agentgym.trainers.sft": {"SFTBatches", "SFTLearner", "length_grouped_order", "make_sft", "random_batch_order",
+    "agentgym.trainers.learners.base": {"Learner", "build_learner", "engine_class"},
+    "agentgym.trainers.engines.base": {"Engine", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"},
+    "agentgym.trainers.learners.grpo": {"GRPOLearner", "make_grpo"},
+    "agentgym.trainers.learners.sft": {"SFTBatches", "SFTLearner", "length_grouped_order", "make_sft", "random_batch_order",
                               "sft_passes", "sft_update", "trajectory_files"},
-    "agentgym.trainers.distill": {"DistillLearner", "make_distill"},
-    "agentgym.trainers.dpo": {"DPOLearner", "Pair", "make_dpo", "pair_file_rows", "preference_pairs"},
-    "agentgym.trainers.ppo": {"PPOLearner", "make_ppo"},
-    "agentgym.trainers.ppo_losses": {"explained_variance", "gae", "masked_whiten", "token_gae", "value_loss"},
-    "agentgym.trainers.critic": {"CRITIC_FILE", "Critic"},
-    "agentgym.trainers.distill_losses": {"forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "teacher_top_k"},
-    "agentgym.trainers.teachers": {"InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"},
-    "agentgym.trainers.fsdp.engine": {"NativeEngine"},
-    "agentgym.trainers.trl_engine": {"TRLEngine"},
-    "agentgym.trainers.serving": {"Serving"},
-    "agentgym.trainers.checkpoint": {"export_checkpoint", "find_checkpoint", "latest_checkpoint", "list_checkpoints",
+    "agentgym.trainers.learners.distill": {"DistillLearner", "make_distill"},
+    "agentgym.trainers.learners.dpo": {"DPOLearner", "Pair", "make_dpo", "pair_file_rows", "preference_pairs"},
+    "agentgym.trainers.learners.ppo": {"PPOLearner", "make_ppo"},
+    "agentgym.trainers.losses.value": {"explained_variance", "gae", "masked_whiten", "token_gae", "value_loss"},
+    "agentgym.trainers.engines.critic": {"CRITIC_FILE", "Critic"},
+    "agentgym.trainers.losses.distillation": {"forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "teacher_top_k"},
+    "agentgym.trainers.learners.teachers": {"InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"},
+    "agentgym.trainers.engines.native": {"NativeEngine"},
+    "agentgym.trainers.engines.trl": {"TRLEngine"},
+    "agentgym.trainers.loop.serving": {"Serving"},
+    "agentgym.trainers.loop.checkpoint": {"export_checkpoint", "find_checkpoint", "latest_checkpoint", "list_checkpoints",
                                      "load_checkpoint", "save_checkpoint"},
     "agentgym.trainers.registry": {"get_learner_factory", "list_trainers", "register_trainer", "trainer_spec"},
 }
@@ -108,8 +113,9 @@ def test_the_trainer_layer_exports_its_pieces(name: str) -> None:
     assert _TRAINER_API[name] <= set(importlib.import_module(name).__all__)
 
 
-@pytest.mark.parametrize("gone", ["agentgym.trainers.loop", "agentgym.trainers.trl_backend", "agentgym.trainers.config",
-                                  "agentgym.trainers.fsdp.trainer", "agentgym.trainers.fsdp.checkpoint"])
+@pytest.mark.parametrize("gone", ["agentgym.trainers.trl_backend", "agentgym.trainers.config", "agentgym.trainers.fsdp",
+                                  "agentgym.trainers.algorithms", "agentgym.trainers.batch", "agentgym.trainers.grpo",
+                                  "agentgym.trainers.engine", "agentgym.trainers.run"])
 def test_the_replaced_trainer_modules_are_gone(gone: str) -> None:
     """One run skeleton, one settings module: the old entry points must not linger beside them."""
     with pytest.raises(ModuleNotFoundError):

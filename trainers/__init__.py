@@ -1,7 +1,13 @@
-"""Trainers that learn from trajectories: GRPO and SFT, on a native FSDP backend or on TRL.
+"""Trainers that learn from trajectories: GRPO, PPO, DPO, SFT and distillation, on two engines.
 
-``agentgym train`` runs them through one run skeleton (:mod:`~agentgym.trainers.run`); a
-trainer is a learner (:mod:`~agentgym.trainers.learner`) on an engine (the backend);
-:mod:`~agentgym.trainers.settings` holds their settings, in sections;
+The folders are the architecture::
+
+    loop/       the run skeleton every trainer runs in: rows in, learner step, weight push, logs,
+                checkpoints, budget, report
+    learners/   what each trainer does with a step's rows (grpo, ppo, dpo, sft, distill)
+    losses/     the pure arithmetic: advantages, policy loss, KL, value loss, DPO, distillation
+    engines/    the backends that compute it: native PyTorch (FSDP2) and TRL, and what they share
+
+:mod:`~agentgym.trainers.settings` holds the run's settings, in sections;
 :mod:`~agentgym.trainers.registry` maps trainer names to learners.
 """

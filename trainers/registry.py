@@ -3,7 +3,7 @@
 ``agentgym train --trainer NAME --backend BACKEND`` looks the pair up here.
 Built in: ``grpo``, ``sft`` and ``distill``, each on the backends ``fsdp`` and ``trl``.
 An entry point is a function ``make(config, dist) -> Learner`` (see
-:mod:`agentgym.trainers.learner`); the run skeleton (:mod:`agentgym.trainers.run`)
+:mod:`agentgym.trainers.learners.base`); the run skeleton (:mod:`agentgym.trainers.loop.run`)
 does everything else, so a trainer is a learner, a loss and its settings.
 
 Entry points are strings, so registering imports nothing. A third-party
@@ -171,17 +171,17 @@ def load_trainer_plugins() -> list[str]:
 
 
 def _register_builtin() -> None:
-    register_trainer("grpo", {"fsdp": "agentgym.trainers.grpo:make_grpo", "trl": "agentgym.trainers.grpo:make_grpo"},
+    register_trainer("grpo", {"fsdp": "agentgym.trainers.learners.grpo:make_grpo", "trl": "agentgym.trainers.learners.grpo:make_grpo"},
                      description="GRPO: roll out, score by group, clipped policy-gradient step, push the weights.")
-    register_trainer("dpo", {"fsdp": "agentgym.trainers.dpo:make_dpo", "trl": "agentgym.trainers.dpo:make_dpo"},
+    register_trainer("dpo", {"fsdp": "agentgym.trainers.learners.dpo:make_dpo", "trl": "agentgym.trainers.learners.dpo:make_dpo"},
                      description="DPO on preference pairs: episodes of a group ranked by reward, or a pairs file.")
-    register_trainer("sft", {"trl": "agentgym.trainers.sft:make_sft", "fsdp": "agentgym.trainers.sft:make_sft"},
+    register_trainer("sft", {"trl": "agentgym.trainers.learners.sft:make_sft", "fsdp": "agentgym.trainers.learners.sft:make_sft"},
                      description="Fine-tune on the successful episodes of rollout files.")
-    register_trainer("distill", {"fsdp": "agentgym.trainers.distill:make_distill",
-                                 "trl": "agentgym.trainers.distill:make_distill"},
+    register_trainer("distill", {"fsdp": "agentgym.trainers.learners.distill:make_distill",
+                                 "trl": "agentgym.trainers.learners.distill:make_distill"},
                      description="Distil a teacher: forward KL on rows of a file, or reverse KL on the student's "
                                  "own episodes.")
-    register_trainer("ppo", {"fsdp": "agentgym.trainers.ppo:make_ppo", "trl": "agentgym.trainers.ppo:make_ppo"},
+    register_trainer("ppo", {"fsdp": "agentgym.trainers.learners.ppo:make_ppo", "trl": "agentgym.trainers.learners.ppo:make_ppo"},
                      default_backend="fsdp",
                      description="PPO with a critic (verl's): GAE from a value head or a separate critic, "
                                  "clipped policy and value losses.")

@@ -6,7 +6,7 @@
 
 | section | read by | holds |
 | --- | --- | --- |
-| ``run`` | the run skeleton (:mod:`agentgym.trainers.run`) | trainer, backend, run folder, steps, seed, budget, checkpoints, logging |
+| ``run`` | the run skeleton (:mod:`agentgym.trainers.loop.run`) | trainer, backend, run folder, steps, seed, budget, checkpoints, logging |
 | ``model`` | every learner | the model, its precision, LoRA, frozen parameters |
 | ``server`` | the skeleton's serving | the server to play against and the weight push |
 | ``rollout`` | the skeleton's rollouts | the env, the episodes of a step, sampling; or a rollout file |
@@ -504,8 +504,8 @@ class TrainConfig(BaseModel):
                         f"{'' if section not in sections else ' setting'}; remove it.")
 
     def loss_config(self) -> Any:
-        """The :class:`~agentgym.trainers.algorithms.LossConfig` of the ``grpo`` and ``experimental`` settings."""
-        from agentgym.trainers.algorithms import LossConfig
+        """The :class:`~agentgym.trainers.losses.LossConfig` of the ``grpo`` and ``experimental`` settings."""
+        from agentgym.trainers.losses.policy import LossConfig
 
         grpo = self.grpo
         return LossConfig(clip_low=grpo.clip_low, clip_high=grpo.clip_high, aggregation=grpo.aggregation,
@@ -515,7 +515,7 @@ class TrainConfig(BaseModel):
                           top_entropy_quantile=grpo.top_entropy_quantile)
 
     def advantage_options(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~agentgym.trainers.batch.token_advantages` these settings give."""
+        """Keyword arguments of :func:`~agentgym.trainers.engines.batch.token_advantages` these settings give."""
         return {"method": self.grpo.advantage, "filter_zero_variance": self.grpo.filter_zero_variance,
                 "filter_uniform_success": self.experimental.filter_uniform_success,
                 "turn_weight": self.experimental.turn_advantage_weight,

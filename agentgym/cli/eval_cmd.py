@@ -59,7 +59,7 @@ from agentgym.rollout.servers import parse_base_urls
 __all__ = ["EVAL_FILE", "EvalResult", "add_result", "eval_command", "result_table", "run_dir_of",
            "summarize"]
 
-EVAL_FILE = "eval.json"  # what `agentgym report` reads (agentgym.trainers.report.EVAL_FILE)
+EVAL_FILE = "eval.json"  # what `agentgym report` reads (agentgym.trainers.loop.report.EVAL_FILE)
 
 
 @dataclass

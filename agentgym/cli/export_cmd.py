@@ -27,7 +27,7 @@ def export_command(
     run started from (its config.yaml says which). The folder then goes to
     `agentgym eval --model`, `agentgym serve --model` or `--model` of another run.
     """
-    from agentgym.trainers.checkpoint import export_checkpoint, find_checkpoint
+    from agentgym.trainers.loop.checkpoint import export_checkpoint, find_checkpoint
 
     try:
         folder = find_checkpoint(checkpoint, step)

@@ -121,8 +121,8 @@ def _dispatch(config: Any) -> Any:
 
     from agentgym.models import resolve_model
     from agentgym.trainers.registry import trainer_spec
-    from agentgym.trainers.run import check_run_folder, train
-    from agentgym.trainers.sft import trajectory_files
+    from agentgym.trainers.loop.run import check_run_folder, train
+    from agentgym.trainers.learners.sft import trajectory_files
 
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break the live bar
     main = _is_main_process()
@@ -173,7 +173,7 @@ def report_command(
     episodes: Annotated[int, typer.Option(help="Sampled episodes to show.")] = 4,
 ) -> None:
     """Write one self-contained HTML page with the run's curves and a few episodes."""
-    from agentgym.trainers.report import write_report
+    from agentgym.trainers.loop.report import write_report
 
     try:
         path = write_report(run_dir, out, episodes=episodes)

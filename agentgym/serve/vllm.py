@@ -459,7 +459,7 @@ def _request_json(url: str, body: Any = None, *, method: str = "POST", timeout: 
 
     An answer that is not JSON comes back as text (vLLM's LoRA routes answer so).
     :class:`WeightSyncError` on failure; ``hint``, appended to the server's answer,
-    says what the route needs. Also the weight sync's client (``agentgym.trainers.sync``).
+    says what the route needs. Also the weight sync's client (``agentgym.trainers.loop.sync``).
     """
     headers = {"Content-Type": "application/json"}
     if api_key is not None:

@@ -16,7 +16,7 @@ from agentgym.cli import app
 from agentgym.cli.eval_cmd import EVAL_FILE, EvalResult, add_result, run_dir_of
 from agentgym.rollout.seeds import read_seeds
 from agentgym.rollout.storage import read_rows
-from agentgym.trainers import report
+from agentgym.trainers.loop import report
 from agentgym.trainers.settings import TrainConfig
 
 runner = CliRunner()

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.trainers.settings import TrainConfig
-from agentgym.trainers.metrics import read_jsonl
+from agentgym.trainers.loop.metrics import read_jsonl
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ import pytest
 
 from agentgym.errors import ConfigError, PluginLoadWarning, RegistryError, UnknownTrainerError
 from agentgym.trainers import registry
-from agentgym.trainers.fsdp.distributed import Dist
-from agentgym.trainers.learner import Learner
+from agentgym.trainers.engines.distributed import Dist
+from agentgym.trainers.learners.base import Learner
 from agentgym.trainers.registry import get_learner_factory, list_trainers, register_trainer, trainer_spec
 from agentgym.trainers.settings import TrainConfig
 
@@ -29,7 +29,7 @@ class EchoLearner(Learner):
 
 def echo_trainer(config: TrainConfig, dist: Dist) -> Learner:
     """The plugin's entry point, on a backend of its own (here: the native engine under another name)."""
-    from agentgym.trainers.fsdp.engine import NativeEngine
+    from agentgym.trainers.engines.native import NativeEngine
 
     return EchoLearner(config, NativeEngine(config, dist))
 
@@ -55,16 +55,16 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_grpo_and_sft_run_on_both_backends() -> None:
     names = {spec.name: spec for spec in list_trainers()}
     assert {"grpo", "sft", "distill", "dpo", "ppo"} <= set(names)
-    assert names["grpo"].backends == {"fsdp": "agentgym.trainers.grpo:make_grpo",
-                                      "trl": "agentgym.trainers.grpo:make_grpo"}
+    assert names["grpo"].backends == {"fsdp": "agentgym.trainers.learners.grpo:make_grpo",
+                                      "trl": "agentgym.trainers.learners.grpo:make_grpo"}
     assert names["grpo"].default_backend == "fsdp"
-    assert names["sft"].backends == {"trl": "agentgym.trainers.sft:make_sft", "fsdp": "agentgym.trainers.sft:make_sft"}
+    assert names["sft"].backends == {"trl": "agentgym.trainers.learners.sft:make_sft", "fsdp": "agentgym.trainers.learners.sft:make_sft"}
     assert names["sft"].default_backend == "trl"
 
 
 def test_get_learner_factory_imports_the_function() -> None:
-    from agentgym.trainers.grpo import make_grpo
-    from agentgym.trainers.sft import make_sft
+    from agentgym.trainers.learners.grpo import make_grpo
+    from agentgym.trainers.learners.sft import make_sft
 
     assert get_learner_factory("grpo", "trl") is get_learner_factory("grpo", "fsdp") is make_grpo
     assert get_learner_factory("grpo") is make_grpo
@@ -88,7 +88,7 @@ def test_a_backend_the_trainer_lacks_names_the_ones_it_has() -> None:
 
 def test_a_third_party_trainer_plugs_in_and_runs_through_the_skeleton(bandit_rows, tiny_model: str,
                                                                        tmp_path) -> None:
-    from agentgym.trainers.run import train
+    from agentgym.trainers.loop.run import train
 
     register_echo()
     assert get_learner_factory("echo", "mybackend") is echo_trainer
@@ -106,12 +106,12 @@ def test_a_plugin_adds_a_backend_to_a_built_in_trainer() -> None:
     register_trainer("grpo", {"mybackend": "test_trainer_registry:echo_trainer"}, description="ignored")
     assert get_learner_factory("grpo", "mybackend") is echo_trainer
     assert get_learner_factory("grpo") is get_learner_factory("grpo", "fsdp")  # the default stays
-    register_trainer("grpo", {"trl": "agentgym.trainers.grpo:make_grpo"}, description="same again")
+    register_trainer("grpo", {"trl": "agentgym.trainers.learners.grpo:make_grpo"}, description="same again")
 
 
 def test_taking_over_a_registered_backend_is_an_error() -> None:
     with pytest.raises(RegistryError, match="'grpo' backend 'trl' is registered already as "
-                                            "agentgym.trainers.grpo:make_grpo"):
+                                            "agentgym.trainers.learners.grpo:make_grpo"):
         register_trainer("grpo", {"trl": "test_trainer_registry:echo_trainer"}, description="x")
 
 

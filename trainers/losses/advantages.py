@@ -1,0 +1,321 @@
+"""Advantages: how much better each sampled token did than its baseline.
+
+Pure functions of rewards (group-relative, leave-one-out, per turn) and of a step's rows (one
+advantage per completion token), shared by every learner and backend and tested on numbers
+worked by hand.
+
+Departures from the papers, on purpose:
+- GRPO scales by the group's *sample* std (``correction=1``), as TRL does.
+- Dr. GRPO (Liu et al. 2025) drops the std (``dr_grpo``: r - mean); its length
+  normalisation is the policy loss's ``constant_sum`` aggregation.
+- GiGPO's turn-level advantage (Feng et al. 2025, "Group-in-Group Policy
+  Optimization for LLM Agent Training") normalises with the same method as
+  the episode-level one (``grpo``: by the anchor group's std; ``dr_grpo``:
+  not at all), where the paper has a switch of its own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from agentgym.errors import ConfigError
+from agentgym.rollout.rows import TrajectoryRow, TurnSpan
+
+from agentgym.trainers.settings import AdvantageMethod, Baseline
+
+__all__ = [
+    "anchor_advantages",
+    "discounted_returns",
+    "group_advantages",
+    "playing_baseline_advantages",
+    "playing_turn_advantages",
+    "row_advantages",
+    "token_advantages",
+    "turn_advantages",
+    "turn_credit_share",
+    "zero_variance_groups",
+]
+
+
+def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.dim() != 1:
+        raise ConfigError(f"rewards must be one value per sequence (1-D), got shape {tuple(rewards.shape)}.")
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ConfigError(
+            f"{rewards.numel()} rewards do not split into groups of {group_size}; "
+            "rows must come in whole groups (episodes_per_step a multiple of group_size)."
+        )
+    return rewards.view(-1, group_size)
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, method: AdvantageMethod = "grpo",
+                     eps: float = 1e-4) -> torch.Tensor:
+    """One advantage per sequence, relative to the other sequences of its group.
+
+    - ``grpo``: (r - mean) / (std + eps)
+    - ``grpo_no_std`` and ``dr_grpo``: r - mean
+    - ``rloo``: r - mean of the *other* members (leave one out)
+    """
+    grouped = _grouped(rewards.float(), group_size)
+    mean = grouped.mean(dim=1, keepdim=True)
+    if method == "grpo":
+        std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(mean)
+        advantages = (grouped - mean) / (std + eps)
+    elif method in ("grpo_no_std", "dr_grpo"):
+        advantages = grouped - mean
+    elif method == "rloo":
+        if group_size < 2:
+            raise ConfigError("rloo needs group_size >= 2: each sample's baseline is the others' mean.")
+        advantages = (grouped - mean) * group_size / (group_size - 1)
+    else:
+        raise ConfigError(f"Unknown advantage method {method!r}; use grpo, grpo_no_std, dr_grpo or rloo.")
+    return advantages.reshape(-1)
+
+
+def discounted_returns(rewards: Sequence[float], discount: float) -> list[float]:
+    """Each turn's return-to-go: ``G_t = r_t + discount * G_{t+1}`` (GiGPO's Eq. 5)."""
+    returns = [0.0] * len(rewards)
+    running = 0.0
+    for turn in range(len(rewards) - 1, -1, -1):
+        running = rewards[turn] + discount * running
+        returns[turn] = running
+    return returns
+
+
+def anchor_advantages(returns: Sequence[float], anchors: Sequence[Hashable],
+                      method: AdvantageMethod = "grpo") -> list[float]:
+    """GiGPO's turn-level advantage: each turn's return against the other turns taken from the same state.
+
+    ``anchors[i]`` names the state turn ``i`` acted in (its observation); the
+    turns sharing an anchor form a group, and :func:`group_advantages` with
+    ``method`` compares their returns. A turn whose state no other turn saw
+    gets 0: nothing to compare it with. So in a state the policy keeps coming
+    back to (a move that changes nothing, played again and again), the move that
+    broke out and won is pushed up against the ones that stayed, even inside
+    an episode that won overall.
+    """
+    if len(returns) != len(anchors):
+        raise ConfigError(f"{len(returns)} returns but {len(anchors)} anchors: one anchor per turn.")
+    members: dict[Hashable, list[int]] = defaultdict(list)
+    for turn, anchor in enumerate(anchors):
+        members[anchor].append(turn)
+    advantages = [0.0] * len(returns)
+    for turns in members.values():
+        if len(turns) < 2:
+            continue
+        values = torch.tensor([returns[t] for t in turns], dtype=torch.float64)
+        for turn, advantage in zip(turns, group_advantages(values, len(turns), method).tolist()):
+            advantages[turn] = advantage
+    return advantages
+
+
+def playing_baseline_advantages(returns: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Each turn's return-to-go against the other episodes of its group still playing at that turn.
+
+    ``returns[i][t]`` is episode i's return-to-go from its turn t. Turn t of
+    episode i gets ``returns[i][t]`` minus the mean of ``returns[j][t]`` over
+    the other episodes j that played a turn t (leave one out, as RLOO). Why: in
+    a multi-turn env the failed episodes are often the long ones (they run to
+    the turn limit), so with one advantage per episode their late turns, which
+    no won episode reaches, are all pushed down, and the tokens every turn
+    shares (the answer's markup, a move the policy is sure of) with them: in
+    every batch the same way, though the push cancels in expectation. Against
+    the episodes still playing, the advantages of each turn index sum to zero
+    across the group, so that push is gone, and a turn after which nothing
+    differed (all that still play fail alike) gets 0. The baseline of episode
+    i's turn comes from the other episodes only, so the policy gradient stays
+    unbiased. A turn that no other episode reached keeps the baseline of the
+    last turn that one did; a lone episode gets 0 throughout.
+    """
+    length = max(map(len, returns), default=0)
+    totals = [sum(r[turn] for r in returns if len(r) > turn) for turn in range(length)]
+    counts = [sum(len(r) > turn for r in returns) for turn in range(length)]
+    advantages: list[list[float]] = []
+    for own in returns:
+        if not own or counts[0] < 2:  # no other episode played: nothing to compare with
+            advantages.append([0.0] * len(own))
+            continue
+        baseline, values = 0.0, []
+        for turn, value in enumerate(own):
+            if counts[turn] > 1:  # always at turn 0; later, none left: keep the last turn's baseline
+                baseline = (totals[turn] - value) / (counts[turn] - 1)
+            values.append(float(value) - baseline)
+        advantages.append(values)
+    return advantages
+
+
+def zero_variance_groups(rewards: torch.Tensor, group_size: int, atol: float = 1e-6) -> torch.Tensor:
+    """A bool per sequence: True where every member of its group got the same reward.
+
+    Such a group has zero advantage everywhere and only dilutes the batch
+    (DAPO's dynamic sampling drops it).
+    """
+    grouped = _grouped(rewards.float(), group_size)
+    spread = grouped.max(dim=1).values - grouped.min(dim=1).values
+    return (spread <= atol).repeat_interleave(group_size)
+
+
+def _group_key(row: TrajectoryRow) -> tuple[str, int, int]:
+    return row.env_id, row.seed, row.group_id
+
+
+def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo",
+                   *, filter_zero_variance: bool = False,
+                   filter_uniform_success: bool = False) -> list[float | None]:
+    """One advantage per row from its episode's reward against its group's.
+
+    An episode split into several rows gives each of them its advantage. A
+    group is every episode sharing (env, seed, group_id); groups may differ in
+    size. With ``filter_zero_variance`` a group whose rewards are all equal
+    gets ``None`` (skip it: its advantage is zero everywhere); with
+    ``filter_uniform_success`` so does a group whose episodes all succeeded or
+    all failed (DAPO's filter: whatever its rewards differ by, it says nothing
+    about what wins).
+    """
+    episodes: dict[tuple[str, int, int], dict[str, float]] = defaultdict(dict)
+    successes: dict[tuple[str, int, int], set[bool]] = defaultdict(set)
+    for row in rows:
+        episodes[_group_key(row)][row.episode_id] = row.reward
+        successes[_group_key(row)].add(row.success)
+    skipped = None if filter_zero_variance or filter_uniform_success else 0.0  # a filtered group's value
+    by_episode: dict[str, float | None] = {}
+    for key, members in episodes.items():
+        rewards = torch.tensor(list(members.values()), dtype=torch.float64)
+        equal_rewards = filter_zero_variance and float(rewards.max() - rewards.min()) <= 1e-6
+        one_outcome = filter_uniform_success and len(successes[key]) == 1
+        if len(members) < 2 or equal_rewards or one_outcome:
+            by_episode.update(dict.fromkeys(members, skipped))
+            continue
+        advantages = group_advantages(rewards, len(members), method).tolist()
+        by_episode.update(zip(members, advantages))
+    return [by_episode[row.episode_id] for row in rows]
+
+
+def _rows_by_episode(rows: Sequence[TrajectoryRow]) -> dict[str, list[TrajectoryRow]]:
+    episodes: dict[str, list[TrajectoryRow]] = defaultdict(list)
+    for row in rows:
+        episodes[row.episode_id].append(row)
+    return {key: sorted(parts, key=lambda r: r.row_index) for key, parts in episodes.items()}
+
+
+def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo",
+                    discount: float = 0.95) -> dict[str, list[float]]:
+    """GiGPO's turn-level advantage of every turn, by episode id.
+
+    Within a group (as :func:`row_advantages` forms them), the turns taken from
+    the same observation are compared by their discounted return-to-go
+    (:func:`~agentgym.trainers.losses.anchor_advantages`). An episode whose
+    turns cannot be matched to its tokens (an error between sampling and
+    stepping leaves a turn with no reward) gets zeros: only its episode-level
+    advantage.
+    """
+    anchors: dict[tuple[str, int, int], list[tuple[str, int, str, float]]] = defaultdict(list)
+    result: dict[str, list[float]] = {}
+    for episode_id, parts in _rows_by_episode(rows).items():
+        first = parts[0]
+        result[episode_id] = [0.0] * len(first.turn_rewards)
+        if not _matched_turns(first, parts):
+            continue
+        returns = discounted_returns(first.turn_rewards, discount)
+        for span in _episode_turns(parts):
+            anchors[_group_key(first)].append((episode_id, span.turn, span.observation_hash, returns[span.turn]))
+    for members in anchors.values():
+        values = anchor_advantages([m[3] for m in members], [m[2] for m in members], method)
+        for (episode_id, turn, _, _), value in zip(members, values):
+            result[episode_id][turn] = value
+    return result
+
+
+def _episode_turns(parts: Sequence[TrajectoryRow]) -> list[TurnSpan]:
+    return [span for part in parts for span in part.turns]
+
+
+def _matched_turns(first: TrajectoryRow, parts: Sequence[TrajectoryRow]) -> bool:
+    """Whether every turn the rows record has its reward (an error between sampling and stepping
+    leaves the last turn without one)."""
+    turns = [span.turn for span in _episode_turns(parts)]
+    return turns == list(range(len(first.turn_rewards)))
+
+
+def playing_turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo"
+                            ) -> dict[str, list[float]]:
+    """Each turn's advantage against the episodes of its group still playing at that turn, by episode id.
+
+    :func:`~agentgym.trainers.losses.playing_baseline_advantages` on the
+    turns' undiscounted returns-to-go, within each group as :func:`row_advantages`
+    forms them. With ``method="grpo"`` a group's values are divided by the
+    standard deviation of its episodes' rewards, as GRPO scales its episode
+    advantages; the other methods leave them as they are. An episode whose turns
+    cannot be matched to its tokens is left out: it keeps its episode advantage.
+    """
+    groups: dict[tuple[str, int, int], list[tuple[str, list[float], float]]] = defaultdict(list)
+    for episode_id, parts in _rows_by_episode(rows).items():
+        first = parts[0]
+        if _matched_turns(first, parts):
+            groups[_group_key(first)].append((episode_id, discounted_returns(first.turn_rewards, 1.0), first.reward))
+    result: dict[str, list[float]] = {}
+    for members in groups.values():
+        values = playing_baseline_advantages([returns for _, returns, _ in members])
+        scale = 1.0
+        if method == "grpo" and len(members) > 1:
+            spread = float(torch.tensor([reward for *_, reward in members], dtype=torch.float64).std())
+            scale = 1.0 / (spread + 1e-4) if spread > 1e-6 else 1.0  # equal rewards: no scale to take
+        for (episode_id, _, _), per_turn in zip(members, values):
+            result[episode_id] = [value * scale for value in per_turn]
+    return result
+
+
+def turn_credit_share(per_turn: dict[str, list[float]]) -> float:
+    """The share of turns with a turn-level advantage (:func:`turn_advantages`) other than 0.
+
+    How much of a step GiGPO reaches: a turn gets credit of its own only when
+    another turn of its group acted on the same observation and fared differently.
+    """
+    turns = [value for values in per_turn.values() for value in values]
+    return sum(abs(value) > 1e-9 for value in turns) / max(len(turns), 1)
+
+
+def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo", *,
+                     filter_zero_variance: bool = False, filter_uniform_success: bool = False,
+                     turn_weight: float = 0.0,
+                     turn_discount: float = 0.95,
+                     per_turn: dict[str, list[float]] | None = None,
+                     baseline: Baseline = "episode") -> list[list[float] | None]:
+    """One advantage per completion token of each row (None: skip the row).
+
+    Every sampled token gets its episode's advantage (:func:`row_advantages`);
+    with ``turn_weight`` > 0, GiGPO's combination: plus ``turn_weight`` times its
+    turn's advantage (:func:`turn_advantages`). Env tokens get 0 (they carry no
+    loss). With ``filter_zero_variance`` (or ``filter_uniform_success``) a group
+    is skipped only when neither level has anything to teach: equal episode
+    rewards (or outcomes) and no turn advantage.
+    ``per_turn``: :func:`turn_advantages` of these rows, when the caller has it already.
+    ``baseline="turn"``: each turn's tokens get, instead of the episode's advantage, the turn's
+    against the episodes still playing (:func:`playing_turn_advantages`); the filters still
+    decide by the episodes' rewards.
+    """
+    episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance,
+                                   filter_uniform_success=filter_uniform_success)
+    if per_turn is None:
+        per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
+    playing = playing_turn_advantages(rows, method) if baseline == "turn" else {}
+    rescued: set[tuple[str, int, int]] = set()  # filtered groups with a turn-level signal
+    values: list[list[float]] = []
+    for row, advantage in zip(rows, episode_level):
+        tokens = [0.0] * len(row.completion_ids)
+        turns = per_turn.get(row.episode_id, [])
+        own = playing.get(row.episode_id) if advantage is not None else None
+        for span in row.turns:
+            turn = span.turn
+            extra = turn_weight * turns[turn] if turn < len(turns) else 0.0
+            if advantage is None and abs(extra) > 1e-9:
+                rescued.add(_group_key(row))
+            base = own[turn] if own is not None and turn < len(own) else (advantage or 0.0)
+            tokens[span.start:span.end] = [base + extra] * (span.end - span.start)
+        values.append(tokens)
+    return [None if advantage is None and _group_key(row) not in rescued else tokens
+            for row, advantage, tokens in zip(rows, episode_level, values)]
+
