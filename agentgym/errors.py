@@ -14,6 +14,7 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
     │   └── ServerRequestError a request to the model server failed (after its retries)
     ├── ServerStartError       a model server agentgym launched exited or did not answer in time
     ├── WeightSyncError        a running model server did not take the new weights
+    ├── TrainingStalledError   a training run learned nothing for run.max_idle_steps steps in a row
     ├── SandboxError           the sandbox itself failed (never the untrusted code it ran)
     │   └── SandboxUnavailable no engine, no image, or no such backend here ("run agentgym sandbox build")
     ├── ToolInputError         raised inside a tool for input the agent got wrong; Tool.call returns it as text
@@ -62,6 +63,7 @@ __all__ = [
     "ServerRequestError",
     "ServerStartError",
     "ToolInputError",
+    "TrainingStalledError",
     "UnknownEnvError",
     "UnknownTrainerError",
     "UnsupportedError",
@@ -139,6 +141,10 @@ class ServerStartError(AgentGymError, RuntimeError):
 
 class WeightSyncError(AgentGymError, RuntimeError):
     """A running model server did not take new weights (the call failed or was refused)."""
+
+
+class TrainingStalledError(AgentGymError, RuntimeError):
+    """A training run took no update for ``run.max_idle_steps`` steps in a row (its message says why)."""
 
 
 class SandboxError(AgentGymError, RuntimeError):

@@ -28,11 +28,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.serve.stub import StubServer
-from agentgym.trainers.learners.base import Learner, build_learner
+from agentgym.trainers.learners.base import Learner
 from agentgym.trainers.registry import register_trainer
 from agentgym.trainers.loop.run import train
 from agentgym.trainers.settings import TrainConfig
@@ -47,12 +46,7 @@ class SleepingLearner(Learner):
 
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         time.sleep(_TRAIN_SECONDS[0])
-        self.engine.version += 1
-        return {"train_rows": float(len(rows))}
-
-
-def make_sleeping(config: TrainConfig, dist: Any) -> Learner:
-    return build_learner(SleepingLearner, config, dist)
+        return {"updates": 1.0, "train_rows": float(len(rows))}
 
 
 def run(args: argparse.Namespace, stub_url: str, train_seconds: float, asynchronous: bool) -> tuple[float, float]:
@@ -122,7 +116,7 @@ def main() -> None:
     if args.builtin:
         main_builtin(args)
         return
-    register_trainer("sleeping", {"fsdp": "__main__:make_sleeping"}, description="Sleeps.")  # this very module
+    register_trainer("sleeping", "__main__:SleepingLearner", backends=("fsdp",), description="Sleeps.")  # this very module
     print(f"Stub server, {args.delay:g} s a request; {args.episodes} Sokoban episodes of {args.turns} turns a step, "
           f"all at once; {args.steps} steps (the first left out); CPU, {os.cpu_count()} cores; "
           f"Python {platform.python_version()}")

@@ -8,7 +8,7 @@ demonstrations (6x6, 1 box, ``--expert-noise 0.25``) with ``agentgym rollout --p
 solver``, the rows the recipe's SFT learns from: their lengths vary (a few hundred to
 a few thousand tokens), so a batch drawn at random pads to its longest row. Each setting
 trains the same model from the same weights on the same random batches (``--steps`` steps
-of 16, after one untimed step; :class:`~agentgym.trainers.learners.sft.SFTBatches`' order, the SFT
+of 16, after one untimed step; :class:`~agentgym.trainers.loop.sources.SFTBatches`' order, the SFT
 learner on ``--backend``'s engine) and the table gives the seconds a step and the tokens the forward passes read per real
 (unpadded) token. The same step in fewer padded tokens is the whole point: the
 loss is the batch's token mean in every setting (tests/trainers/learners/test_sft.py checks the weights).
@@ -29,9 +29,9 @@ from typing import Any
 import torch
 
 from agentgym.trainers.engines.distributed import init_distributed
-from agentgym.trainers.learners.base import build_learner
+from agentgym.trainers.registry import build_learner
 from agentgym.trainers.settings import TrainConfig
-from agentgym.trainers.learners.sft import SFTBatches, SFTLearner
+from agentgym.trainers.loop.sources import SFTBatches
 
 SOKOBAN = ["--env", "Sokoban-LLM-v0", "-k", "dim_room=[6,6]", "-k", "num_boxes=1", "-k", "brief=true",
            "-k", "show_positions=true"]
@@ -51,7 +51,7 @@ def sft_config(path: Path, model_name: str, backend: str, passes: int, steps: in
 
 def time_passes(config: TrainConfig, batches: SFTBatches, steps: int) -> tuple[float, float]:
     """Seconds a step (the first step untimed) and forward tokens read per real token."""
-    learner = build_learner(SFTLearner, config, init_distributed("auto"))
+    learner = build_learner(config, init_distributed("auto"))
     read: list[tuple[int, int]] = []  # (tokens the pass reads, of them real)
 
     def count(_module: Any, _args: Any, kwargs: dict[str, Any]) -> None:

@@ -38,7 +38,7 @@ from agentgym.models import resolve_model
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.engines.distributed import init_distributed
 from agentgym.trainers.learners.grpo import GRPOLearner
-from agentgym.trainers.learners.base import build_learner
+from agentgym.trainers.registry import build_learner
 from agentgym.trainers.settings import TrainConfig
 
 GROUP = 8
@@ -77,7 +77,7 @@ def _config(args: argparse.Namespace, backend: str, **changes: object) -> TrainC
 def bench_learner(args: argparse.Namespace, rows: list[TrajectoryRow], backend: str,
                   **changes: object) -> tuple[float, GRPOLearner]:
     """Seconds per optimiser step of GRPO's learner on ``backend``'s engine, and the learner."""
-    learner = build_learner(GRPOLearner, _config(args, backend, **changes), init_distributed(args.device))
+    learner = build_learner(_config(args, backend, **changes), init_distributed(args.device))
     assert isinstance(learner, GRPOLearner)
     learner.train_step(rows)  # warm-up
     _sync_device()

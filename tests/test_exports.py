@@ -29,6 +29,7 @@ import agentgym.trainers.engines
 import agentgym.trainers.learners
 import agentgym.trainers.loop
 import agentgym.trainers.losses
+import agentgym.trainers.research
 
 _CORE = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.moves", "agentgym.parsing",
          "agentgym.registry", "agentgym.spaces", "agentgym.vector"]
@@ -38,7 +39,7 @@ _PACKAGES = [agentgym.cli, agentgym.models, agentgym.rollout, agentgym.sandbox, 
              agentgym.rewards, agentgym.envs.code, agentgym.envs.math, agentgym.envs.reasoning,
              agentgym.envs.retrieval, agentgym.envs.web, agentgym.trainers,
              agentgym.trainers.engines, agentgym.trainers.learners, agentgym.trainers.loop,
-             agentgym.trainers.losses]
+             agentgym.trainers.losses, agentgym.trainers.research]
 MODULES = _CORE + [
     info.name for package in _PACKAGES
     for info in pkgutil.iter_modules(package.__path__, package.__name__ + ".")
@@ -87,24 +88,28 @@ def test_every_error_derives_from_the_root() -> None:
 _TRAINER_API = {
     "agentgym.trainers.loop.run": {"LoopState", "TrainResult", "train"},
     "agentgym.trainers.settings": {"SECTIONS", "TrainConfig"},
-    "agentgym.trainers.learners.base": {"Learner", "build_learner", "engine_class"},
+    "agentgym.trainers.sections": {"SECTIONS", "Section", "register_section"},
+    "agentgym.trainers.learners.base": {"Learner"},
+    "agentgym.trainers.learners.minibatch": {"MiniBatchLoop", "even_split"},
     "agentgym.trainers.engines.base": {"Engine", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"},
-    "agentgym.trainers.learners.grpo": {"GRPOLearner", "make_grpo"},
-    "agentgym.trainers.learners.sft": {"SFTBatches", "SFTLearner", "length_grouped_order", "make_sft", "random_batch_order",
-                              "sft_passes", "sft_update", "trajectory_files"},
-    "agentgym.trainers.learners.distill": {"DistillLearner", "make_distill"},
-    "agentgym.trainers.learners.dpo": {"DPOLearner", "Pair", "make_dpo", "pair_file_rows", "preference_pairs"},
-    "agentgym.trainers.learners.ppo": {"PPOLearner", "make_ppo"},
+    "agentgym.trainers.learners.grpo": {"GRPOLearner"},
+    "agentgym.trainers.learners.sft": {"SFTLearner", "sft_update"},
+    "agentgym.trainers.learners.distill": {"DistillLearner"},
+    "agentgym.trainers.learners.dpo": {"DPOLearner", "Pair", "pair_file_rows", "preference_pairs"},
+    "agentgym.trainers.learners.ppo": {"PPOLearner"},
     "agentgym.trainers.losses.value": {"explained_variance", "gae", "masked_whiten", "token_gae", "value_loss"},
+    "agentgym.trainers.losses.kl": {"kl_k1", "kl_k2", "kl_k3"},
     "agentgym.trainers.engines.critic": {"CRITIC_FILE", "Critic"},
     "agentgym.trainers.losses.distillation": {"forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "teacher_top_k"},
     "agentgym.trainers.learners.teachers": {"InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"},
     "agentgym.trainers.engines.native": {"NativeEngine"},
     "agentgym.trainers.engines.trl": {"TRLEngine"},
     "agentgym.trainers.loop.serving": {"Serving"},
+    "agentgym.trainers.loop.sources": {"OfflineGroups", "SFTBatches", "drop_failed", "drop_stale", "trajectory_files"},
     "agentgym.trainers.loop.checkpoint": {"export_checkpoint", "find_checkpoint", "latest_checkpoint", "list_checkpoints",
                                      "load_checkpoint", "save_checkpoint"},
-    "agentgym.trainers.registry": {"get_learner_factory", "list_trainers", "register_trainer", "trainer_spec"},
+    "agentgym.trainers.registry": {"build_learner", "learner_class", "engine_class", "list_trainers", "register_backend",
+                                   "register_trainer", "trainer_spec"},
 }
 
 

@@ -23,7 +23,7 @@ from agentgym.trainers.settings import setting_help
 
 __all__ = ["report_command", "train_command"]
 
-_SET_HELP = ("Any setting as NAME=VALUE (VALUE read as YAML), e.g. -s lr=5e-4 -s grpo.kl_coef=0.05; "
+_SET_HELP = ("Any setting as NAME=VALUE (VALUE read as YAML), e.g. -s lr=5e-4 -s loss.kl_coef=0.05; "
              "repeatable. `agentgym train --settings` lists them all.")
 
 
@@ -122,7 +122,7 @@ def _dispatch(config: Any) -> Any:
     from agentgym.models import resolve_model
     from agentgym.trainers.registry import trainer_spec
     from agentgym.trainers.loop.run import check_run_folder, train
-    from agentgym.trainers.learners.sft import trajectory_files
+    from agentgym.trainers.loop.sources import trajectory_files
 
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break the live bar
     main = _is_main_process()

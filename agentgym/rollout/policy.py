@@ -110,6 +110,7 @@ class OpenAIPolicy:
         retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 10.0,
+        weights_version: Callable[[], int] | None = None,
     ) -> None:
         #: which server each request goes to; its stats() say how each one fared
         self.pool = ServerPool([base_url] if isinstance(base_url, str) else base_url,
@@ -124,6 +125,9 @@ class OpenAIPolicy:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        #: the version of the weights the server has, as whoever pushes them knows it: a turn whose
+        #: answer carries no ``policy_version`` (vLLM's) gets the version at its request's sending
+        self.weights_version = weights_version
         # Made on first use, inside the event loop that uses it (chat clients: one per server).
         self._session: aiohttp.ClientSession | None = None
 
@@ -149,9 +153,10 @@ class OpenAIPolicy:
         if self.sampling.stop:
             body["stop"] = list(self.sampling.stop)
         content = orjson.dumps(body)  # ~20x faster than json for a long list of ids
+        sent_at = self.weights_version() if self.weights_version is not None else None
         response, attempts = await self._with_servers(
             lambda server: self._post(server.completions_url, content), key)
-        return _generation(response, attempts)
+        return _versioned(_generation(response, attempts), sent_at)
 
     async def _post(self, url: URL, content: bytes) -> dict[str, Any]:
         """One POST; raises _Retryable for what may pass and ServerRequestError for the rest."""
@@ -207,12 +212,13 @@ class OpenAIPolicy:
                 raise ServerRequestError(
                     f"the server refused the request ({exc.status_code}): {exc}") from exc
 
+        sent_at = self.weights_version() if self.weights_version is not None else None
         response, attempts = await self._with_servers(create, key)
         choice = response.choices[0]
         version = (response.model_extra or {}).get("policy_version")
-        return Generation(text=choice.message.content or "", finish_reason=choice.finish_reason or "",
-                          policy_version=int(version) if version is not None else None,
-                          attempts=attempts)
+        return _versioned(Generation(text=choice.message.content or "", finish_reason=choice.finish_reason or "",
+                                     policy_version=int(version) if version is not None else None,
+                                     attempts=attempts), sent_at)
 
     def _chat(self, server: Server) -> openai.AsyncOpenAI:
         if server.chat_client is None:
@@ -286,6 +292,14 @@ class OpenAIPolicy:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _versioned(generation: Generation, sent_at: int | None) -> Generation:
+    """``generation`` with the version its request was sent at, when the server reported none (the
+    older of the two a push during the request could mean: staleness is never understated)."""
+    if generation.policy_version is None and sent_at is not None:
+        generation.policy_version = sent_at
+    return generation
 
 
 def _generation(response: dict[str, Any], attempts: int) -> Generation:

@@ -58,6 +58,7 @@ __all__ = [
     "INSTALL_HINT",
     "VLLMServer",
     "reload_weights",
+    "request_json",
     "serve_vllm",
     "vllm_command",
     "vllm_env",
@@ -449,11 +450,11 @@ def reload_weights(url: str, weights_dir: str | os.PathLike[str], *, timeout: fl
         raise WeightSyncError(f"{folder} holds no *.safetensors file; save the model with "
                               f"save_pretrained(folder) (safetensors is its default) first.")
     body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
-    _request_json(f"{root}/collective_rpc", body, timeout=timeout, api_key=api_key)
-    _request_json(f"{root}/reset_prefix_cache", None, timeout=timeout, api_key=api_key)
+    request_json(f"{root}/collective_rpc", body, timeout=timeout, api_key=api_key)
+    request_json(f"{root}/reset_prefix_cache", None, timeout=timeout, api_key=api_key)
 
 
-def _request_json(url: str, body: Any = None, *, method: str = "POST", timeout: float,
+def request_json(url: str, body: Any = None, *, method: str = "POST", timeout: float,
                   api_key: str | None, hint: str = _DEV_MODE_HINT) -> Any:
     """Send ``body`` as JSON (no body when None); the parsed answer (None when empty).
 

@@ -79,3 +79,21 @@ def test_a_completion_carries_ids_logprobs_and_the_prompt_seen() -> None:
         generation = complete(stub.base_url)
     assert generation.token_ids == [7, 8, 9] and generation.logprobs == [-0.5] * 3
     assert generation.prompt_ids == [1, 2, 3] and generation.finish_reason == "stop"
+
+
+def test_a_server_that_reports_no_version_gets_the_version_its_weights_were_pushed_as() -> None:
+    """vLLM's answers carry no policy version; the trainer knows what it pushed and when, so a turn
+    takes the version of the weights the server had when its request went out (issue 47, defect 4)."""
+    pushed = [3]
+
+    async def sample() -> tuple[int | None, int | None]:
+        async with OpenAIPolicy(stub.base_url, "m", max_connections=1, weights_version=lambda: pushed[0]) as policy:
+            first = await policy.complete_ids([1, 2, 3], max_tokens=4)
+            pushed[0] = 4
+            second = await policy.complete_ids([1, 2, 3], max_tokens=4)
+        return first.policy_version, second.policy_version
+
+    with StubServer(delay=0.0, completion_ids=[7, 8, 9]) as stub:
+        assert asyncio.run(sample()) == (3, 4)
+        unknown = complete(stub.base_url)
+    assert unknown.policy_version is None  # nobody said: unknown, kept by the staleness filter

@@ -8,7 +8,13 @@ import pytest
 import yaml
 
 from agentgym.errors import ConfigError
-from agentgym.trainers.settings import SECTIONS, TrainConfig, setting_help, setting_rows, settings_markdown
+from agentgym.trainers.settings import (
+    SECTIONS,
+    TrainConfig,
+    setting_help,
+    setting_rows,
+    settings_markdown,
+)
 
 BANDIT = {"env_id": "Bandit-LLM-v0"}
 
@@ -44,7 +50,7 @@ def test_needs_an_env_or_a_rollout_file() -> None:
     ({"steps": 0}, r"run.steps: Input should be greater than or equal to 1"),
     ({"adam_betas": [0.9, 1.0]}, r"adam_betas must be two numbers in \[0, 1\)"),
     ({"mini_batches": 64, "episodes_per_step": 32}, r"mini_batches \(64\) cannot exceed episodes_per_step"),
-    ({"clip_low": -0.1}, r"grpo.clip_low: Input should be greater than or equal to 0"),
+    ({"clip_low": -0.1}, r"loss.clip_low: Input should be greater than or equal to 0"),
     ({"optimizer": "adam"}, r"optim.optimizer: Input should be 'adamw' or 'sgd' \(got 'adam'\)"),
     ({"momentum": 1.0}, r"optim.momentum: Input should be less than 1"),
     ({"lora": True, "frozen_parameters": ["model.layers.0.*"]}, r"frozen_parameters and lora do not mix"),
@@ -81,7 +87,7 @@ def test_a_flat_settings_file_of_a_run_folder_from_before_sections_still_loads(t
            "lr": 1e-3, "adam_betas": [0.9, 0.99], "pack_sequences": True, "group_by_length": False}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
     config = TrainConfig.from_yaml(tmp_path / "config.yaml")
-    assert (config.run.steps, config.rollout.max_tokens, config.grpo.constant_sum_tokens) == (12, 24, 24)
+    assert (config.run.steps, config.rollout.max_tokens, config.loss.constant_sum_tokens) == (12, 24, 24)
     assert config.native.pack_sequences and config.warmup.format_warmup_episodes == 0
 
 
@@ -104,7 +110,7 @@ def test_bad_yaml_files_say_what_is_wrong(tmp_path: Path) -> None:
 
 def test_a_setting_the_run_would_ignore_is_an_error_that_names_it() -> None:
     sft = TrainConfig.from_dict({"trajectories": "rows.parquet", "trainer": "sft", "clip_low": 0.1})
-    with pytest.raises(ConfigError, match=r"grpo.clip_low is set, but trainer 'sft'"):
+    with pytest.raises(ConfigError, match=r"loss.clip_low is set, but trainer 'sft'"):
         sft.check_used({"run", "model", "optim", "rollout", "sft"})
     trl = TrainConfig.from_dict({**BANDIT, "backend": "trl", "pack_sequences": True})
     with pytest.raises(ConfigError, match=r"native.pack_sequences is set, but trainer 'grpo' on backend 'trl'"):

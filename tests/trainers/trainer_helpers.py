@@ -70,3 +70,27 @@ def with_turn_rewards(row: TrajectoryRow, rewards: list[float]) -> TrajectoryRow
                                   "turns": row.turns[:2],
                                   "completion_mask": row.completion_mask[:cut], "turn_rewards": rewards,
                                   "reward": sum(rewards), "num_turns": 2, "messages": messages})
+
+
+def make_learner(learner: type, config: Any, dist: Any = None) -> Any:
+    """``learner`` on ``config``'s backend, its settings checked as a run checks them (a learner class the
+    registry may not know: a test's subclass)."""
+    from agentgym.trainers.engines.distributed import Dist
+    from agentgym.trainers.registry import check_settings, engine_class
+
+    check_settings(config)
+    return learner(config, engine_class(config.run.backend)(config, dist if dist is not None else Dist()))
+
+
+def keep_current_as_reference(engine: Any, folder: Any) -> None:
+    """The engine's weights as they are now become its reference, as the run loop keeps them (an export)."""
+    engine.export(folder)
+    engine.keep_reference(folder)
+
+
+def learn(learner: Any, rows: Any) -> dict[str, float]:
+    """One training step as the run loop takes it: the learner's step, then its end (the schedule moves
+    on; the policy version goes up when the step learned)."""
+    metrics = learner.train_step(rows)
+    learner.finish_step(trained=metrics.get("updates", 0.0) > 0)
+    return metrics

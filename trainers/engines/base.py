@@ -1,7 +1,7 @@
 """What a learner trains with: a model, its optimiser and schedule, forward and backward passes.
 
-A learner (:mod:`~agentgym.trainers.learners.grpo`, :mod:`~agentgym.trainers.learners.sft`) says *what* to
-learn from a step's rows; an engine says *how* the numbers are computed on a backend:
+A learner (:mod:`agentgym.trainers.learners`) says *what* to learn from a step's rows; an engine
+says *how* the numbers are computed on a backend:
 
 - :class:`~agentgym.trainers.engines.native.NativeEngine` (``--backend fsdp``): PyTorch, FSDP2
   under torchrun, packed or padded micro-batches;
@@ -10,28 +10,41 @@ learn from a step's rows; an engine says *how* the numbers are computed on a bac
 
 Both build the model, the frozen parameters, LoRA, the optimiser and the one learning-rate
 schedule here, so a run's settings mean the same thing on either.
+
+Precision: the weights and the optimiser's state are always float32 (the masters a checkpoint
+keeps); ``model.dtype=bfloat16`` runs the matrix products in bf16 over them (FSDP2's
+mixed-precision policy under torchrun, autocast otherwise). Pure bf16 weights would lose every
+update under half a bf16 ulp: at the learning rates pretrained models use, most of them.
+
+Logprobs and entropies come from the logits of the positions that predict sampled tokens only,
+a chunk of positions at a time (:func:`chunked_logprobs`): the float32 softmax of a whole
+micro-batch over a 49k vocabulary is never held at once.
 """
 
 from __future__ import annotations
 
 import abc
-import copy
+import contextlib
 import fnmatch
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-from agentgym.trainers.engines.batch import MicroBatch, TrainSequence
-from agentgym.trainers.engines.distributed import Dist
-from agentgym.trainers.engines.optimizers import build_optimizer
-from agentgym.trainers.settings import TrainConfig
+from torch.utils.checkpoint import checkpoint
 
 from agentgym.errors import ConfigError
 from agentgym.models import resolve_model
+from agentgym.trainers.engines.batch import MicroBatch, TrainSequence, collate
+from agentgym.trainers.engines.distributed import Dist
+from agentgym.trainers.engines.optimizers import build_optimizer
 
-__all__ = ["Engine", "PreferenceLoss", "freeze_parameters", "load_model_and_tokenizer", "lr_factor"]
+__all__ = ["LOGPROB_CHUNK", "Engine", "PreferenceLoss", "chunked_logprobs", "freeze_parameters", "load_model_and_tokenizer",
+           "lr_factor"]
+
+#: positions whose float32 log-softmax is computed at once (a 49k vocabulary: 50 MB a chunk)
+LOGPROB_CHUNK = 256
 
 
 @runtime_checkable
@@ -43,18 +56,17 @@ class PreferenceLoss(Protocol):
         """The mean DPO loss (the ``dpo`` settings) of the pairs (``chosen[i]``, ``rejected[i]``),
         each one sequence."""
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-
-def load_model_and_tokenizer(model: str, *, dtype: str = "float32") -> tuple[Any, Any]:
-    """The causal LM and tokenizer of ``model`` ('tiny', a folder or a hub id)."""
+def load_model_and_tokenizer(model: str) -> tuple[Any, Any]:
+    """The causal LM (float32 weights, SDPA attention) and tokenizer of ``model`` ('tiny', a folder or a
+    hub id). SDPA is asked for by name so the engines know the attention mask it takes."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype]), tokenizer
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa"), tokenizer
 
 
 def freeze_parameters(model: torch.nn.Module, patterns: Sequence[str]) -> list[str]:
@@ -76,25 +88,74 @@ def freeze_parameters(model: torch.nn.Module, patterns: Sequence[str]) -> list[s
     return list(frozen)
 
 
-def lr_factor(config: TrainConfig, optimizer_step: int) -> float:
-    """The schedule, as a factor of ``lr``: linear warm-up, then constant, linear or cosine down to
-    ``min_lr_ratio`` over the run's optimiser steps. Both backends step a ``LambdaLR`` of it."""
+def lr_factor(config: Any, step: int) -> float:
+    """The schedule at training step ``step``, as a factor of ``lr``: linear warm-up, then constant,
+    linear or cosine down to ``min_lr_ratio`` at the run's last step. Every update of a step takes
+    its step's rate (as verl steps its schedule), so the schedule spans the run whatever the number
+    of updates a step makes."""
     optim = config.optim
-    if optimizer_step < optim.warmup_steps:
-        return (optimizer_step + 1) / optim.warmup_steps
+    if step < optim.warmup_steps:
+        return (step + 1) / optim.warmup_steps
     if optim.lr_schedule == "constant":
         return 1.0
-    span = max(config.optimizer_steps_total - optim.warmup_steps, 1)
-    progress = min((optimizer_step - optim.warmup_steps) / span, 1.0)
+    span = max(config.run.steps - 1 - optim.warmup_steps, 1)
+    progress = min((step - optim.warmup_steps) / span, 1.0)
     shape = 1.0 - progress if optim.lr_schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * shape
+
+
+def _logprobs_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Logprobs of ``targets`` under float32 ``logits``: the native engine's log-softmax."""
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+
+
+def _chunk_logprobs(logits: torch.Tensor, targets: torch.Tensor, inverse_temperature: float,
+                    logprobs_of: _LogprobsOf) -> torch.Tensor:
+    return logprobs_of(logits.float() * inverse_temperature, targets)
+
+
+_LogprobsOf = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_EntropyOf = Callable[[torch.Tensor], torch.Tensor]
+
+
+def chunked_logprobs(logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0,
+                     with_entropy: bool = False, chunk: int = LOGPROB_CHUNK,
+                     logprobs_of: _LogprobsOf = _logprobs_of, entropy_of: _EntropyOf = _entropy_of
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[N] logprobs of ``targets`` under [N, V] ``logits`` divided by ``temperature`` (and [N] entropies,
+    detached), ``chunk`` rows at a time.
+
+    Each chunk's float32 softmax lives only while its numbers are computed; under autograd the chunk
+    is recomputed in the backward pass (activation checkpointing), so only the logits themselves, in
+    the model's precision, are kept for it. ``logprobs_of`` and ``entropy_of`` compute a float32
+    chunk's numbers (the trl engine passes TRL's).
+    """
+    inverse = 1.0 / temperature if temperature > 0 else 1.0
+    logprobs, entropies = [], []
+    for start in range(0, logits.shape[0], chunk):
+        part, wanted = logits[start:start + chunk], targets[start:start + chunk]
+        if part.requires_grad:
+            logprobs.append(checkpoint(_chunk_logprobs, part, wanted, inverse, logprobs_of, use_reentrant=False))
+        else:
+            logprobs.append(_chunk_logprobs(part, wanted, inverse, logprobs_of))
+        if with_entropy:
+            with torch.no_grad():
+                entropies.append(entropy_of(part.detach().float() * inverse))
+    if not logprobs:
+        empty = logits.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None)
+    return torch.cat(logprobs), (torch.cat(entropies) if with_entropy else None)
 
 
 class Engine(abc.ABC):
     """A model being trained on one backend (see the module's docstring).
 
-    ``version`` counts the training steps done (the policy version of the weights);
-    the learner raises it after each step.
+    ``version`` counts the training steps that changed the weights (the policy version); the run
+    loop calls :meth:`finish_step` after each step, which also moves the schedule on.
     """
 
     #: settings sections this backend reads (beside the learner's)
@@ -102,21 +163,23 @@ class Engine(abc.ABC):
     #: whether micro-batches may be packed (one row holding several sequences)
     packs = False
 
-    def __init__(self, config: TrainConfig, dist: Dist) -> None:
+    def __init__(self, config: Any, dist: Dist) -> None:
         self.config = config
         self.dist = dist
         self.model_path = resolve_model(config.model.model)
         self.version = 0
         self.optimizer_steps = 0
+        #: training steps done, whether they learned or not: where the learning-rate schedule is
+        self.schedule_step = 0
         self.reference: torch.nn.Module | None = None
-        self.critic: Any = None  # PPO's value model (attach_critic)
+        self._tokenizer: Any = None
 
     # -- building ------------------------------------------------------------------
 
-    def _build_model(self) -> tuple[torch.nn.Module, Any]:
-        """The model to train (LoRA or frozen parameters applied) and its tokenizer."""
+    def build_model(self) -> tuple[torch.nn.Module, Any]:
+        """The start model to train (float32, LoRA or frozen parameters applied) and its tokenizer."""
         torch.manual_seed(self.config.run.seed)  # the same LoRA initialisation on every rank and every run
-        model, tokenizer = load_model_and_tokenizer(self.model_path, dtype=self.config.model.dtype)
+        model, tokenizer = load_model_and_tokenizer(self.model_path)
         model.config.use_cache = False
         if self.config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -127,24 +190,78 @@ class Engine(abc.ABC):
         freeze_parameters(model, self.config.model.frozen_parameters)
         return model, tokenizer
 
-    def _build_optimizer(self, model: torch.nn.Module) -> tuple[torch.optim.Optimizer, Any]:
+    def build_optimizer(self, parameters: Sequence[torch.nn.Parameter], lr: float | None = None
+                        ) -> torch.optim.Optimizer:
+        """An optimiser over ``parameters`` at peak rate ``lr`` (None: the run's), at the schedule's
+        rate for the engine's current step (:meth:`apply_schedule`)."""
         optim = self.config.optim
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = build_optimizer(params, optim.optimizer, lr=optim.lr, adam_betas=optim.adam_betas,
-                                    momentum=optim.momentum, weight_decay=optim.weight_decay)
-        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(self.config, step))
+        optimizer = build_optimizer(parameters, optim.optimizer, lr=optim.lr if lr is None else lr,
+                                    adam_betas=optim.adam_betas, momentum=optim.momentum,
+                                    weight_decay=optim.weight_decay)
+        for group in optimizer.param_groups:
+            group["peak_lr"] = group["lr"]
+        self.apply_schedule(optimizer)
+        return optimizer
+
+    def apply_schedule(self, optimizer: torch.optim.Optimizer) -> None:
+        """Set ``optimizer``'s rate to its peak times the schedule at the current training step. The
+        schedule is a function of the step alone (no scheduler object to step or save)."""
+        factor = lr_factor(self.config, self.schedule_step)
+        for group in optimizer.param_groups:
+            group["lr"] = group["peak_lr"] * factor
+
+    def place(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A loaded module where this backend keeps its models (on its device; sharded under FSDP)."""
+        return model.to(self.dist.device)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The precision forward passes run in (bf16 over float32 weights with ``model.dtype=bfloat16``)."""
+        if self.config.model.dtype == "bfloat16":
+            return torch.autocast(self.dist.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     # -- what a learner calls --------------------------------------------------------
 
     @abc.abstractmethod
-    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[S, T] logprobs of the batch's completion tokens (and their entropy, detached).
-
-        ``reference``: of the KL reference (the weights :meth:`keep_reference` kept), no gradient.
-        """
+    def policy(self) -> torch.nn.Module:
+        """The module being trained (its state dict, its config)."""
 
     @abc.abstractmethod
+    def kept_logits(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        """[R * K, V] logits, in the model's precision, at the batch's kept positions (``batch.keep``)."""
+
+    @abc.abstractmethod
+    def kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        """[R * K, H] float last hidden states (after the final norm) at the batch's kept positions."""
+
+    def _chosen(self, reference: bool) -> torch.nn.Module:
+        model = self.reference if reference else self.policy()
+        if model is None:
+            raise RuntimeError("no reference model was kept (kl_coef is 0, or no teacher)")
+        return model
+
+    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False,
+                 temperature: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[S, T] logprobs of the batch's completion tokens (and their entropy, detached), at the rollout's
+        temperature unless ``temperature`` says otherwise (the server sampled from that distribution).
+        Only sampled tokens have real numbers; the others carry no loss.
+
+        ``reference``: of the reference (the weights :meth:`keep_reference` kept), no gradient.
+        """
+        temperature = self.config.rollout.temperature if temperature is None else temperature
+        model = self._chosen(reference)
+        device = self.dist.device
+        with torch.no_grad() if reference else contextlib.nullcontext():
+            logits = self.kept_logits(model, batch)
+            flat, entropy = chunked_logprobs(logits, batch.kept_targets.to(device), temperature=temperature,
+                                             with_entropy=with_entropy, **self.logprob_functions())
+        index = batch.token_index.to(device)
+        return flat[index], (entropy[index] if entropy is not None else None)
+
+    def logprob_functions(self) -> dict[str, Any]:
+        """How a chunk's logprobs and entropies are computed (:func:`chunked_logprobs`'s options)."""
+        return {}
+
     def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
         """[S, T, V] the log-softmax over the vocabulary at each completion token's position (at
         temperature 1: the model's own distribution, what a teacher's logprobs are compared with).
@@ -152,145 +269,66 @@ class Engine(abc.ABC):
         ``reference``: of the weights :meth:`keep_reference` kept (distillation keeps its teacher
         there), no gradient.
         """
+        model = self._chosen(reference)
+        with torch.no_grad() if reference else contextlib.nullcontext():
+            logits = self.kept_logits(model, batch)
+            per_token = logits[batch.token_index.to(logits.device)]
+            return torch.log_softmax(per_token.float(), dim=-1)
+
+    def sft_loss(self, sequences: Sequence[TrainSequence], loss_tokens: float) -> torch.Tensor:
+        """Negative log-likelihood of the sequences' sampled tokens (at temperature 1), summed and divided
+        by ``loss_tokens``: the pass's share of a batch's token mean."""
+        batch = collate(sequences, pack=self.packs, pad_id=self.pad_id)
+        logprobs, _ = self.logprobs(batch, temperature=1.0)
+        return -(logprobs * batch.loss_mask.to(logprobs.device)).sum() / max(loss_tokens, 1.0)
 
     @abc.abstractmethod
     def backward(self, loss: torch.Tensor) -> None:
         """Add ``loss``'s gradient; the learner has scaled it to its share of the global step."""
 
     @abc.abstractmethod
+    def clip_gradients(self, parameters: Sequence[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+        """Clip ``parameters``' gradient to ``max_norm`` (their global norm, over every rank); the norm."""
+
     def step(self, *, lr: float | None = None) -> tuple[float, float]:
         """Clip, take an optimiser step and clear the gradients; (gradient norm, rate used).
 
-        ``lr``: this step's rate instead of the schedule's, which then does not advance (the
-        format warm-up).
+        ``lr``: this update's rate instead of the schedule's (the format warm-up).
         """
-
-    @abc.abstractmethod
-    def policy(self) -> torch.nn.Module:
-        """The module being trained (for a deep copy, a state dict)."""
-
-    def keep_reference(self, folder: str | Path | None = None) -> None:
-        """Keep the current weights (or a model folder's), frozen, as the KL reference."""
-        if folder is None:
-            reference = copy.deepcopy(self.policy())
-            # accelerate's prepare() puts a wrapper of the original module's forward on the instance
-            # (trl backend); a deep copy keeps that wrapper, so the copy would compute the live
-            # policy's outputs. The class's own forward reads the copy's weights.
-            reference.__dict__.pop("forward", None)
-        else:
-            from transformers import AutoModelForCausalLM
-
-            reference = AutoModelForCausalLM.from_pretrained(folder, dtype=_DTYPES[self.config.model.dtype])
-            reference.config.use_cache = False
-            reference = self._place(reference.to(self.dist.device))
-        self.reference = reference.requires_grad_(False).eval()
-
-    def _place(self, model: torch.nn.Module) -> torch.nn.Module:
-        """A loaded module where this backend keeps its models (sharded under FSDP)."""
-        return model
-
-    def _scheduled_step(self, optimizer: torch.optim.Optimizer, scheduler: Any, lr: float | None,
-                        clip: Any) -> tuple[float, float]:
-        """The shared end of a step: clip with ``clip(max_norm)``, step, schedule, clear."""
+        optimizer = self.optimizer
         used = [group["lr"] for group in optimizer.param_groups]
         if lr is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr
-        max_norm = self.config.optim.max_grad_norm or float("inf")
-        norm = clip(max_norm)
-        if hasattr(norm, "full_tensor"):  # a DTensor under FSDP
-            norm = norm.full_tensor()
+        params = [p for p in self.policy().parameters() if p.requires_grad]
+        norm = self.clip_gradients(params, self.config.optim.max_grad_norm or float("inf"))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        rate = lr if lr is not None else used[0]
-        if lr is not None:
-            for group, value in zip(optimizer.param_groups, used):
-                group["lr"] = value
-        else:
-            scheduler.step()
+        for group, value in zip(optimizer.param_groups, used):
+            group["lr"] = value
         self.optimizer_steps += 1
-        return float(norm), float(rate)
+        return float(norm), float(lr if lr is not None else used[0])
 
-    # -- PPO's value model ---------------------------------------------------------------
+    def finish_step(self, *, trained: bool) -> None:
+        """A training step is over: the schedule moves to the next step, and the policy version goes up
+        when the step changed the weights."""
+        self.schedule_step += 1
+        self.apply_schedule(self.optimizer)
+        if trained:
+            self.version += 1
 
-    @abc.abstractmethod
-    def _kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
-        """[R, K, H] float last hidden states (after the final norm) of ``model`` at the positions that
-        predict completion tokens."""
+    # -- the reference model -------------------------------------------------------------
 
-    def attach_critic(self, separate: bool, lr: float) -> None:
-        """Give this engine a value model (:class:`~agentgym.trainers.engines.critic.Critic`): a head on the
-        policy, or on a copy of the start model (``separate``), with its own optimiser at ``lr``."""
-        from agentgym.trainers.engines.critic import Critic
+    def keep_reference(self, folder: str | Path) -> None:
+        """Keep the model of ``folder`` (a transformers folder: the start model, or its export after
+        the warm-up), frozen, as the reference: the KL's, or the DPO reference, or a teacher."""
+        from transformers import AutoModelForCausalLM
 
-        body = None
-        if separate:
-            # The start model loaded again, not a deepcopy of the policy: a trainer's model may carry a
-            # forward bound to the original (accelerate wraps it), which a copy would go on calling.
-            body, _ = self._build_model()
-            body = self._place(body.to(self.dist.device).train())
-        hidden = int(self.policy().config.hidden_size)
-        critic = Critic(hidden, None, self.config.run.seed).to(self.dist.device)
-        critic.body = body
-        self.critic = critic
-        optim = self.config.optim
-        self.critic_optimizer = build_optimizer(critic.parameters_to_train(), optim.optimizer, lr=lr,
-                                                adam_betas=optim.adam_betas, momentum=optim.momentum,
-                                                weight_decay=optim.weight_decay)
-        self.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.critic_optimizer, lambda step: lr_factor(self.config, step))
+        reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+        reference.config.use_cache = False
+        self.reference = self.place(reference.requires_grad_(False).eval())
 
-    def values(self, batch: MicroBatch) -> torch.Tensor:
-        """[S, T] the value model's value at each completion token's position (differentiable)."""
-        critic = self.critic
-        hidden = self._kept_hidden(critic.body if critic.body is not None else self.policy(), batch)
-        per_token = hidden.reshape(-1, hidden.shape[-1])[batch.token_index.to(hidden.device)]
-        return critic.head(per_token).squeeze(-1)
-
-    def critic_step(self) -> float:
-        """Clip the value model's own gradient (the head's, a separate body's) and step its optimiser;
-        the gradient norm."""
-        params = self.critic.parameters_to_train()
-        if self.dist.sharded:  # the head is replicated, not an FSDP unit: add up its gradient by hand
-            from agentgym.trainers.engines.distributed import all_reduce
-
-            for p in self.critic.head.parameters():
-                if p.grad is not None:
-                    all_reduce(p.grad, self.dist)
-                    p.grad /= self.dist.world_size
-        max_norm = self.config.optim.max_grad_norm or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        if hasattr(norm, "full_tensor"):
-            norm = norm.full_tensor()
-        self.critic_optimizer.step()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        self.critic_scheduler.step()
-        return float(norm)
-
-    def critic_state(self) -> dict[str, Any]:
-        """The value model, its optimiser and schedule, for a checkpoint (a collective)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return {"model": get_model_state_dict(self.critic, options=options),
-                "optimizer": get_optimizer_state_dict(self.critic, self.critic_optimizer, options=options),
-                "scheduler": self.critic_scheduler.state_dict()}
-
-    def load_critic_state(self, state: dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        set_model_state_dict(self.critic, state["model"], options=options)
-        set_optimizer_state_dict(self.critic, self.critic_optimizer, state["optimizer"], options=options)
-        self.critic_scheduler.load_state_dict(state["scheduler"])
+    # -- weights and state ---------------------------------------------------------------
 
     @abc.abstractmethod
     def full_weights(self) -> dict[str, torch.Tensor]:
@@ -305,8 +343,17 @@ class Engine(abc.ABC):
     def load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state` returned."""
 
+    def counters(self) -> dict[str, int]:
+        return {"version": self.version, "optimizer_steps": self.optimizer_steps, "schedule_step": self.schedule_step}
+
+    def load_counters(self, state: dict[str, Any]) -> None:
+        self.version, self.optimizer_steps = int(state["version"]), int(state["optimizer_steps"])
+        self.schedule_step = int(state.get("schedule_step", self.version))  # checkpoints before 2026-12-02
+        self.apply_schedule(self.optimizer)
+
     def export(self, folder: str | Path) -> Path:
-        """Write the (merged) weights, config and tokenizer as a transformers folder (rank 0)."""
+        """Write the (merged) weights, config and tokenizer as a transformers folder (rank 0). Tied
+        weights stay tied: the folder's config says so, and the skeleton ties them after loading."""
         state = self.full_weights()
         folder = Path(folder)
         if self.dist.is_main:

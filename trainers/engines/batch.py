@@ -98,27 +98,40 @@ def filler_sequence(pad_id: int) -> TrainSequence:
 
 
 def plan_micro_batches(lengths: Sequence[int], *, pack: bool, micro_batch_tokens: int,
-                       micro_batch_size: int) -> list[list[int]]:
-    """Indices of the sequences in each micro-batch.
+                       micro_batch_size: int, rows: Sequence[int] | None = None) -> list[list[int]]:
+    """Indices of the items in each micro-batch (an item is a sequence, or ``rows[i]`` sequences of at
+    most ``lengths[i]`` tokens each, as a DPO pair is).
 
-    Packed: first-fit decreasing into bins of ``micro_batch_tokens`` tokens
-    (a longer sequence gets a bin of its own). Padded: ``micro_batch_size``
-    sequences of similar length per batch (sorted, to pad little).
+    Packed: first-fit decreasing into bins of ``micro_batch_tokens`` tokens. Padded: items of similar
+    length (sorted, to pad little), at most ``micro_batch_size`` of them and at most
+    ``micro_batch_tokens`` tokens padding included. An item over the token budget gets a batch of its own.
     """
+    rows = rows if rows is not None else [1] * len(lengths)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     if not pack:
-        return [order[i:i + micro_batch_size] for i in range(0, len(order), micro_batch_size)]
+        batches: list[list[int]] = []
+        width = used_rows = 0
+        for index in order:  # longest first: a batch's first item sets its padded width
+            fits = (used_rows + rows[index]) * width <= micro_batch_tokens
+            if batches and len(batches[-1]) < micro_batch_size and fits:
+                batches[-1].append(index)
+                used_rows += rows[index]
+            else:
+                batches.append([index])
+                width, used_rows = lengths[index], rows[index]
+        return batches
     bins: list[list[int]] = []
     room: list[int] = []
     for index in order:
+        size = lengths[index] * rows[index]
         for b, free in enumerate(room):
-            if lengths[index] <= free:
+            if size <= free:
                 bins[b].append(index)
-                room[b] -= lengths[index]
+                room[b] -= size
                 break
         else:
             bins.append([index])
-            room.append(micro_batch_tokens - lengths[index])
+            room.append(micro_batch_tokens - size)
     return bins
 
 
@@ -135,9 +148,16 @@ class MicroBatch:
     segment_ids: torch.Tensor
     """[R, L] which sequence of its row each token belongs to (padding: -1)"""
     keep: torch.Tensor
-    """[K] positions whose logits are needed (logits at p predict the token at p + 1)"""
+    """[K] positions whose logits are needed (logits at p predict the token at p + 1): those that
+    predict a sampled token, and each sequence's last position"""
     token_index: torch.Tensor
-    """[S, T] index into the flattened [R * K] kept logits of each completion token's prediction"""
+    """[S, T] index into the flattened [R * K] kept positions of each completion token's prediction
+    (a token the policy did not sample points at its sequence's last position: it carries no loss)"""
+    kept_targets: torch.Tensor
+    """[R * K] the token each kept position predicts (its row's next token; 0 past a row's end)"""
+    final_index: torch.Tensor
+    """[S] index into the flattened [R * K] kept positions of each sequence's last token (what reads
+    the whole sequence: PPO's value of the state after it)"""
     target_ids: torch.Tensor
     """[S, T]"""
     loss_mask: torch.Tensor
@@ -187,7 +207,9 @@ def packed_attention_mask(segment_ids: torch.Tensor, dtype: torch.dtype | None =
 
 
 def _layout(sequences: Sequence[TrainSequence], pack: bool) -> tuple[list[list[int]], list[tuple[int, int]]]:
-    """Token rows of the micro-batch, and (row, start) of each sequence in them."""
+    """Token rows of the micro-batch, and (row, start) of each sequence in them. Padded rows are
+    padded on the left, so that every row's completion ends at the last column: the positions whose
+    logits are kept then line up across rows."""
     if pack:
         row: list[int] = []
         places = []
@@ -195,31 +217,34 @@ def _layout(sequences: Sequence[TrainSequence], pack: bool) -> tuple[list[list[i
             places.append((0, len(row)))
             row += sequence.input_ids
         return [row], places
-    return [list(s.input_ids) for s in sequences], [(i, 0) for i in range(len(sequences))]
+    width = max(len(s.input_ids) for s in sequences)
+    return [list(s.input_ids) for s in sequences], [(i, width - len(s.input_ids)) for i, s in enumerate(sequences)]
 
 
 def collate(sequences: Sequence[TrainSequence], *, pack: bool, pad_id: int = 0) -> MicroBatch:
     """Tensors of one micro-batch (see :class:`MicroBatch`)."""
     rows, places = _layout(sequences, pack)
-    width = max(len(r) for r in rows)
+    width = max(start + len(s.input_ids) for s, (_, start) in zip(sequences, places))
     input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     position_ids = torch.zeros((len(rows), width), dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
     segment_ids = torch.full((len(rows), width), -1, dtype=torch.long)
-    for r, ids in enumerate(rows):
-        input_ids[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[r, :len(ids)] = 1
     for s, (sequence, (r, start)) in enumerate(zip(sequences, places)):
-        position_ids[r, start:start + len(sequence.input_ids)] = torch.arange(len(sequence.input_ids))
-        segment_ids[r, start:start + len(sequence.input_ids)] = s
-    # Logit positions: the one before each completion token, in its row.
+        end = start + len(sequence.input_ids)
+        input_ids[r, start:end] = torch.tensor(sequence.input_ids, dtype=torch.long)
+        attention_mask[r, start:end] = 1
+        position_ids[r, start:end] = torch.arange(len(sequence.input_ids))
+        segment_ids[r, start:end] = s
+    # Logit positions: the one before each sampled token, and each sequence's last, in its row.
     needed = sorted({start + sequence.prompt_length + j - 1
                      for sequence, (r, start) in zip(sequences, places)
-                     for j in range(sequence.completion_length)})
+                     for j, sampled in enumerate(sequence.loss_mask) if sampled}
+                    | {start + len(sequence.input_ids) - 1 for sequence, (r, start) in zip(sequences, places)})
     column = {position: k for k, position in enumerate(needed)}
     span = max(s.completion_length for s in sequences)
     shape = (len(sequences), span)
     token_index = torch.zeros(shape, dtype=torch.long)
+    final_index = torch.zeros(len(sequences), dtype=torch.long)
     target_ids = torch.zeros(shape, dtype=torch.long)
     loss_mask = torch.zeros(shape, dtype=torch.float32)
     rollout = torch.zeros(shape, dtype=torch.float32)
@@ -227,16 +252,18 @@ def collate(sequences: Sequence[TrainSequence], *, pack: bool, pad_id: int = 0) 
     for s, (sequence, (r, start)) in enumerate(zip(sequences, places)):
         n = sequence.completion_length
         first = start + sequence.prompt_length - 1
-        token_index[s, :n] = torch.tensor([r * len(needed) + column[first + j] for j in range(n)])
+        final_index[s] = r * len(needed) + column[start + len(sequence.input_ids) - 1]
+        token_index[s, :n] = torch.tensor([r * len(needed) + column[first + j] if sampled else int(final_index[s])
+                                           for j, sampled in enumerate(sequence.loss_mask)])
         target_ids[s, :n] = torch.tensor(sequence.input_ids[sequence.prompt_length:])
         loss_mask[s, :n] = torch.tensor(sequence.loss_mask, dtype=torch.float32)
         rollout[s, :n] = torch.tensor(sequence.rollout_logprobs, dtype=torch.float32)
         advantages[s, :n] = torch.tensor(sequence.advantages, dtype=torch.float32)
+    keep = torch.tensor(needed, dtype=torch.long)
+    following = torch.cat([input_ids[:, 1:], torch.zeros((len(rows), 1), dtype=torch.long)], dim=1)
     return MicroBatch(
         input_ids=input_ids, position_ids=position_ids, attention_mask=None if pack else attention_mask,
-        segment_ids=segment_ids,
-        keep=torch.tensor(needed, dtype=torch.long), token_index=token_index, target_ids=target_ids,
-        loss_mask=loss_mask, rollout_logprobs=rollout,
+        segment_ids=segment_ids, keep=keep, token_index=token_index,
+        kept_targets=following[:, keep].reshape(-1), final_index=final_index, target_ids=target_ids, loss_mask=loss_mask, rollout_logprobs=rollout,
         has_rollout_logprobs=torch.tensor([s.has_rollout_logprobs for s in sequences]),
         advantages=advantages)
-

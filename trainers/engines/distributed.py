@@ -24,6 +24,7 @@ __all__ = [
     "Dist",
     "all_reduce",
     "broadcast_object",
+    "decoder_layers",
     "full_state_dict",
     "init_distributed",
     "shard_model",
@@ -95,29 +96,39 @@ def broadcast_object(value: Any, info: Dist, src: int = 0) -> Any:
     return box[0]
 
 
-def _layer_classes(model: torch.nn.Module) -> set[str]:
-    """Class names of the blocks each FSDP unit wraps (transformers lists them)."""
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's stack of decoder layers: the module list as long as its config's
+    ``num_hidden_layers`` (public in every transformers config), wherever the model keeps it."""
+    count = None
     for module in model.modules():
-        names = getattr(module, "_no_split_modules", None)
-        if names:
-            return set(names)
-    return set()
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "num_hidden_layers"):
+            count = int(config.num_hidden_layers)
+            break
+    stacks = [module for module in model.modules()
+              if isinstance(module, torch.nn.ModuleList) and len(module) == count]
+    if count is None or not stacks:
+        raise ConfigError(f"Cannot find the decoder layers of {type(model).__name__} (a list of its config's "
+                          "num_hidden_layers blocks); FSDP needs them to shard layer by layer.")
+    return stacks[0]
 
 
-def shard_model(model: torch.nn.Module, info: Dist) -> torch.nn.Module:
-    """``fully_shard`` every decoder layer, then the root; unchanged with one process."""
+def shard_model(model: torch.nn.Module, info: Dist, *, compute_dtype: torch.dtype | None = None
+                ) -> torch.nn.Module:
+    """``fully_shard`` every decoder layer, then the root; unchanged with one process.
+
+    ``compute_dtype``: FSDP2's mixed-precision policy, the float32 shards gathered in this precision for
+    the forward and backward passes, the gradients reduced in float32.
+    """
     if not info.sharded:
         return model
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    classes = _layer_classes(model)
-    if not classes:
-        raise ConfigError(f"Cannot tell the decoder layers of {type(model).__name__} apart "
-                          "(no _no_split_modules); FSDP needs them to shard layer by layer.")
-    for module in model.modules():
-        if type(module).__name__ in classes:
-            fully_shard(module)
-    fully_shard(model)
+    policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if compute_dtype else None
+    options = {"mp_policy": policy} if policy is not None else {}
+    for layer in decoder_layers(model):
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
     return model
 
 

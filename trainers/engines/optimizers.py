@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from agentgym.trainers.settings import OptimizerName
 
 from agentgym.errors import ConfigError
+from agentgym.trainers.engines.settings import OptimizerName
 
 __all__ = ["OptimizerName", "build_optimizer"]
 

@@ -11,7 +11,8 @@ An ``SFTTrainer`` is built once and used as a component, never driven by its own
 - the optimiser and the schedule are agentgym's (``optimizers=`` of the
   constructor), so both backends step the same ones;
 - GRPO's logprobs come from TRL's ``selective_log_softmax`` and entropies from
-  ``entropy_from_logits``; the loss is agentgym's (:mod:`~agentgym.trainers.losses`);
+  ``entropy_from_logits``, a chunk of positions at a time; the loss is agentgym's
+  (:mod:`~agentgym.trainers.losses`);
 - DPO's loss is a ``DPOTrainer``'s public ``compute_loss`` (built on first use, around the
   same model), given the pairs as its collator writes them (chosen then rejected, a
   completion mask that skips the env's tokens) and the reference's logprobs precomputed.
@@ -33,14 +34,28 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from agentgym.errors import ConfigError
 from agentgym.trainers.engines.base import Engine
 from agentgym.trainers.engines.batch import MicroBatch, TrainSequence
 from agentgym.trainers.engines.distributed import Dist
-from agentgym.trainers.settings import TrainConfig
-
-from agentgym.errors import ConfigError
 
 __all__ = ["TRLEngine", "quiet_trl"]
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the block, then restored."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -67,14 +82,14 @@ def quiet_trl() -> Iterator[None]:
 class TRLEngine(Engine):
     """The model inside a TRL ``SFTTrainer`` used as a component (see the module's docstring)."""
 
-    def __init__(self, config: TrainConfig, dist: Dist) -> None:
+    def __init__(self, config: Any, dist: Dist) -> None:
         if dist.sharded or int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("The trl backend runs in one process; under torchrun use --backend fsdp.")
         super().__init__(config, dist)
         from trl import SFTConfig, SFTTrainer
 
-        model, self._tokenizer = self._build_model()
-        optimizer, scheduler = self._build_optimizer(model)
+        model, self._tokenizer = self.build_model()
+        optimizer = self.build_optimizer([p for p in model.parameters() if p.requires_grad])
         args = SFTConfig(max_length=config.rollout.max_context_tokens, **self._trainer_args())
         from datasets import Dataset
 
@@ -82,10 +97,10 @@ class TRLEngine(Engine):
         placeholder = Dataset.from_dict({"input_ids": [[self.pad_id, self.pad_id]], "completion_mask": [[0, 1]]})
         with quiet_trl():
             self.trainer = SFTTrainer(model=model, args=args, processing_class=self._tokenizer,
-                                      train_dataset=placeholder, optimizers=(optimizer, scheduler))
+                                      train_dataset=placeholder, optimizers=(optimizer, None))
         self.model = self.trainer.model
         self.model.train()
-        self.optimizer, self.scheduler = optimizer, scheduler
+        self.optimizer = optimizer
         self._dpo: Any = None  # the DPOTrainer of preference_loss, built on first use
 
     def _trainer_args(self) -> dict[str, Any]:
@@ -93,7 +108,7 @@ class TRLEngine(Engine):
         no logging, saving or progress bars of their own."""
         config, device = self.config, self.dist.device
         return {"output_dir": str(Path(config.run.out) / "trl"), "use_cpu": device.type == "cpu",
-                "bf16": config.model.dtype == "bfloat16" and device.type == "cuda",
+                "bf16": config.model.dtype == "bfloat16",  # accelerate's autocast over the float32 weights
                 "activation_checkpointing": config.model.gradient_checkpointing,  # TRL turns it on by default
                 "report_to": [], "save_strategy": "no", "disable_tqdm": True, "dataloader_num_workers": 0,
                 "seed": config.run.seed}
@@ -101,49 +116,30 @@ class TRLEngine(Engine):
     def policy(self) -> torch.nn.Module:
         return self.model
 
-    def _kept_logits(self, batch: MicroBatch, reference: bool) -> torch.Tensor:
-        """[R, K, V] float logits at the positions that predict completion tokens."""
-        if batch.attention_mask is None:
-            raise ConfigError("The trl backend does not pack sequences (native.pack_sequences is fsdp's).")
-        model = self.reference if reference else self.model
-        if model is None:
-            raise RuntimeError("no KL reference was kept (kl_coef is 0)")
-        device = self.trainer.accelerator.device
-        with (torch.no_grad() if reference else contextlib.nullcontext()), self.trainer.accelerator.autocast():
-            logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                           use_cache=False).logits
-        return logits[:, batch.keep.to(device)].float()
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return self.trainer.accelerator.autocast()
 
-    def _kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+    def _forward(self, model: torch.nn.Module, batch: MicroBatch, **options: Any) -> Any:
         if batch.attention_mask is None:
             raise ConfigError("The trl backend does not pack sequences (native.pack_sequences is fsdp's).")
         device = self.trainer.accelerator.device
-        with self.trainer.accelerator.autocast():
-            output = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                           logits_to_keep=1, output_hidden_states=True, use_cache=False)
-        return output.hidden_states[-1][:, batch.keep.to(device)].float()
+        with self.autocast():
+            return model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
+                         position_ids=batch.position_ids.to(device), use_cache=False, **options)
 
-    def distributions(self, batch: MicroBatch, *, reference: bool = False) -> torch.Tensor:
-        kept = self._kept_logits(batch, reference)
-        per_token = kept.reshape(-1, kept.shape[-1])[batch.token_index.to(kept.device)]
-        return torch.log_softmax(per_token, dim=-1)
+    def kept_logits(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        logits = self._forward(model, batch, logits_to_keep=batch.keep.to(self.trainer.accelerator.device)).logits
+        return logits.reshape(-1, logits.shape[-1])
 
-    def logprobs(self, batch: MicroBatch, *, with_entropy: bool = False, reference: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
+        output = self._forward(model, batch, logits_to_keep=1, output_hidden_states=True)
+        hidden = output.hidden_states[-1][:, batch.keep.to(self.trainer.accelerator.device)].float()
+        return hidden.reshape(-1, hidden.shape[-1])
+
+    def logprob_functions(self) -> dict[str, Any]:
         from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-        device = self.trainer.accelerator.device
-        kept = self._kept_logits(batch, reference)
-        temperature = self.config.rollout.temperature
-        if temperature > 0 and temperature != 1.0:  # the server sampled from this distribution
-            kept = kept / temperature
-        per_token = kept.reshape(-1, kept.shape[-1])[batch.token_index.to(device)]  # [S, T, V]
-        logprobs = selective_log_softmax(per_token, batch.target_ids.to(device))
-        entropy = None
-        if with_entropy:
-            with torch.no_grad():
-                entropy = entropy_from_logits(per_token.detach())
-        return logprobs, entropy
+        return {"logprobs_of": selective_log_softmax, "entropy_of": entropy_from_logits}
 
     def sft_loss(self, sequences: Sequence[TrainSequence], loss_tokens: float) -> torch.Tensor:
         """TRL's SFT loss of ``sequences`` (completion-only), summed and divided by ``loss_tokens``:
@@ -184,8 +180,6 @@ class TRLEngine(Engine):
         """A ``DPOTrainer`` around this engine's model (its optimiser, the run's settings), built once."""
         if self._dpo is not None:
             return self._dpo
-        from unittest import mock
-
         from datasets import Dataset
         from trl import DPOConfig, DPOTrainer
 
@@ -194,19 +188,17 @@ class TRLEngine(Engine):
                          **self._trainer_args())
         # DPOTrainer wants a dataset (and scores its reference logprobs once); the learner feeds every pair.
         placeholder = Dataset.from_dict({"prompt": ["x"], "chosen": [" y"], "rejected": [" z"]})
-        with quiet_trl(), mock.patch.dict(os.environ, {"TQDM_DISABLE": "1"}):
+        with quiet_trl(), _environment(TQDM_DISABLE="1"):
             self._dpo = DPOTrainer(model=self.model, args=args, processing_class=self._tokenizer,
-                                   train_dataset=placeholder, optimizers=(self.optimizer, self.scheduler))
+                                   train_dataset=placeholder, optimizers=(self.optimizer, None))
         self.model.train()
         return self._dpo
 
     def backward(self, loss: torch.Tensor) -> None:
         self.trainer.accelerator.backward(loss)
 
-    def step(self, *, lr: float | None = None) -> tuple[float, float]:
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        return self._scheduled_step(self.optimizer, self.scheduler, lr,
-                                    lambda max_norm: self.trainer.accelerator.clip_grad_norm_(params, max_norm))
+    def clip_gradients(self, parameters: Sequence[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+        return self.trainer.accelerator.clip_grad_norm_(list(parameters), max_norm)
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         state = {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
@@ -214,11 +206,10 @@ class TRLEngine(Engine):
 
     def state(self) -> dict[str, Any]:
         return {"model": {name: t.detach().cpu() for name, t in self.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "version": self.version, "optimizer_steps": self.optimizer_steps}
+                "optimizer": self.optimizer.state_dict(),
+                **self.counters()}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.version, self.optimizer_steps = int(state["version"]), int(state["optimizer_steps"])
+        self.load_counters(state)

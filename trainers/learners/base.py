@@ -1,20 +1,20 @@
 """The learner: the one part of a training run that differs from trainer to trainer.
 
-The run skeleton (:mod:`agentgym.trainers.loop.run`) gives a learner a step's rows and
-asks for metrics; everything else (rollouts, the server, checkpoints, logging) is
-the skeleton's. A learner owns an :class:`~agentgym.trainers.engines.base.Engine` (the
-backend: the model, its optimiser, forward and backward passes)::
+The run loop (:mod:`agentgym.trainers.loop.run`) gives a learner a step's rows and asks for
+metrics; everything else (rollouts, the server, checkpoints, logging, the policy version and the
+learning-rate schedule) is the loop's. A learner owns an
+:class:`~agentgym.trainers.engines.base.Engine` (the backend: the model, its optimiser, forward
+and backward passes) and runs its updates through the shared
+:class:`~agentgym.trainers.learners.minibatch.MiniBatchLoop`::
 
     class MyLearner(Learner):
         sections = frozenset({"mine"})            # the settings sections it reads
-        def train_step(self, rows):               # -> metrics of the step
-            ...
-            self.engine.backward(loss)
-            grad_norm, lr = self.engine.step()
-            return {"loss": float(loss), "grad_norm": grad_norm, "lr": lr}
+        def train_step(self, rows):               # -> metrics of the step, "updates" among them
+            stats = self.loop.run(items, self.backward_pass)
+            return {"updates": float(stats.updates), "grad_norm": stats.grad_norm}
 
-The trainer registry (:mod:`agentgym.trainers.registry`) maps (trainer, backend) to
-a function ``make(config, dist) -> Learner``.
+The trainer registry (:mod:`agentgym.trainers.registry`) maps a trainer's name to its learner class
+and the backends it runs on.
 """
 
 from __future__ import annotations
@@ -25,35 +25,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from agentgym.trainers.engines.base import Engine
-from agentgym.trainers.engines.distributed import Dist
-from agentgym.trainers.settings import TrainConfig
 
 from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.engines.base import Engine
 
-__all__ = ["ENGINES", "Learner", "build_learner", "engine_class"]
-
-#: backend name -> its engine, imported when asked for
-ENGINES = {"fsdp": "agentgym.trainers.engines.native:NativeEngine", "trl": "agentgym.trainers.engines.trl:TRLEngine"}
-
-#: sections every run reads, whatever the trainer
-_ALWAYS = frozenset({"run", "model", "optim"})
-
-
-def engine_class(backend: str) -> type[Engine]:
-    """The engine class of ``backend`` (fsdp or trl)."""
-    import importlib
-
-    module, _, name = ENGINES[backend].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def build_learner(learner: type[Learner], config: TrainConfig, dist: Dist) -> Learner:
-    """``learner`` on the backend ``config`` names; a setting neither reads is an error, raised before
-    the model is loaded."""
-    engine = engine_class(str(config.run.backend))
-    config.check_used(set(_ALWAYS | learner.sections | engine.sections), set(learner.ignored))
-    return learner(config, engine(config, dist))
+__all__ = ["Learner"]
 
 
 class Learner(abc.ABC):
@@ -65,16 +41,36 @@ class Learner(abc.ABC):
     ignored: frozenset[str] = frozenset()
     #: where its rows come from: "episodes" (played, or whole groups of a file) or "batches" (of a file)
     data: Literal["episodes", "batches"] = "episodes"
-    #: whether the skeleton keeps the model the run starts from as the reference (and in OUT/reference)
+    #: whether the loop keeps the model the run starts from as the reference (and in OUT/reference)
     needs_reference: bool = False
 
-    def __init__(self, config: TrainConfig, engine: Engine) -> None:
+    def __init__(self, config: Any, engine: Engine) -> None:
         self.config = config
         self.engine = engine
 
+    @classmethod
+    def check(cls, config: Any) -> None:
+        """Checks of the settings before any model is loaded (raise a ConfigError that names the fix)."""
+
+    @classmethod
+    def unread(cls, config: Any) -> frozenset[str]:
+        """Settings of the sections it reads that these settings leave unread (beside ``ignored``)."""
+        del config
+        return cls.ignored
+
     @abc.abstractmethod
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
-        """Learn from one step's rows (every rank gets the same rows); the step's metrics."""
+        """Learn from one step's rows (every rank gets the same rows); the step's metrics, with
+        ``updates``: the optimiser steps taken (0: the step learned nothing)."""
+
+    def idle_reason(self, metrics: dict[str, float]) -> str:
+        """Why a step took no update, in words, from its metrics."""
+        del metrics
+        return "no row had a sampled token to learn from"
+
+    def finish_step(self, *, trained: bool) -> None:
+        """The step is over (the loop calls it after every step): the schedule moves on."""
+        self.engine.finish_step(trained=trained)
 
     def read_recorded(self, path: str) -> list[TrajectoryRow]:
         """The rows of ``--trajectories`` (whole groups are taken from them): a rollout file's."""
@@ -84,7 +80,7 @@ class Learner(abc.ABC):
 
     @property
     def version(self) -> int:
-        """Training steps done: the policy version of the weights."""
+        """Training steps that changed the weights: the policy version."""
         return self.engine.version
 
     def weights(self) -> dict[str, torch.Tensor]:

@@ -15,32 +15,38 @@ Two ways, chosen by where the rows come from:
   earlier tokens (a discount of 0, as in that post).
 
 The teacher is loaded in this process (``distill.teacher``) or asked over HTTP
-(``distill.teacher_url``, :mod:`~agentgym.trainers.learners.teachers`). A step deals the rows over the
-ranks, splits them into ``optim.mini_batches`` optimiser steps and micro-batches as GRPO does
-(its helpers), and normalises each loss by the mini-batch's policy tokens, so the backends,
-micro-batching and the number of ranks change nothing. The student's numbers come from the
-engine (:meth:`~agentgym.trainers.engines.base.Engine.distributions` and ``logprobs``), so both
-backends give the same update.
+(``distill.teacher_url``, :mod:`~agentgym.trainers.learners.teachers`). A step runs through the
+shared mini-batch loop (:class:`~agentgym.trainers.learners.minibatch.MiniBatchLoop`) and
+normalises each loss by the mini-batch's policy tokens, so the backends, micro-batching and the
+number of ranks change nothing. The student's numbers come from the engine
+(:meth:`~agentgym.trainers.engines.base.Engine.distributions` and ``logprobs``), so both backends
+give the same update.
+
+Both KLs compare the two models' own distributions (temperature 1, whatever the rollout's). On
+policy, the student's tokens were sampled at the rollout's temperature, maybe by the weights of a
+step before (``asynchronous``): each token's estimate is weighted by pi_student / pi_sampling (the
+server's logprobs), truncated at ``loss.correction_cap`` as GRPO's importance correction, and
+``distill_loss=advantage`` is GRPO's policy loss with its ``loss`` settings and checks (a
+``top_p`` below 1 needs ``correction=none``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from agentgym.errors import ConfigError
+from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.engines.base import Engine
-from agentgym.trainers.engines.batch import MicroBatch, TrainSequence, to_sequences
-from agentgym.trainers.engines.distributed import Dist, all_reduce
-from agentgym.trainers.learners.base import Learner, build_learner
-from agentgym.trainers.learners.grpo import GRPOLearner, _split
-from agentgym.trainers.learners.teachers import (
-    SERVER_TOP_K,
-    ServerTeacher,
-    TeacherBatch,
-    make_teacher,
-)
+from agentgym.trainers.engines.batch import MicroBatch, TrainSequence, collate, filler_sequence, to_sequences
+from agentgym.trainers.engines.distributed import all_reduce
+from agentgym.trainers.learners.base import Learner
+from agentgym.trainers.learners.minibatch import MiniBatchLoop, padded, remembered_logprobs
+from agentgym.trainers.learners.teachers import SERVER_TOP_K, ServerTeacher, TeacherBatch, make_teacher
 from agentgym.trainers.losses.distillation import (
     forward_kl_full,
     forward_kl_top_k,
@@ -48,48 +54,74 @@ from agentgym.trainers.losses.distillation import (
     sequence_baseline,
 )
 from agentgym.trainers.losses.masked import masked_mean
-from agentgym.trainers.losses.policy import policy_loss
-from agentgym.trainers.settings import TrainConfig
+from agentgym.trainers.losses.policy import importance_weights, policy_loss
 
-from agentgym.errors import ConfigError
-from agentgym.rollout.rows import TrajectoryRow
-
-__all__ = ["DistillLearner", "make_distill"]
+__all__ = ["DistillLearner"]
 
 #: what playing reads: an offline run (a file of rows) leaves it alone
 _PLAYING = frozenset({"env_id", "env_kwargs", "group_size", "max_turns", "turn_budget", "max_tokens", "temperature",
                       "top_p", "concurrency", "level_seeds", "max_staleness", "asynchronous", "base_url", "api_key",
                       "engine", "sync_weights"})
+#: the policy loss's settings reverse_kl leaves alone (it reads the importance correction's only)
+_CLIP_AND_AGGREGATION = frozenset({"clip_low", "clip_high", "aggregation", "constant_sum_tokens",
+                                   "top_entropy_quantile"})
+#: the reference slot holds the teacher: no KL to a start model
+_NO_KL = frozenset({"kl_coef", "kl_penalty"})
 
 
 @dataclass
 class _Sums:
-    """Per-token sums over a step's micro-batches (weighted by their tokens), reduced over ranks at the end."""
+    """Per-token sums over a step's passes (weighted by their tokens), reduced over ranks at the end."""
 
     loss: float = 0.0
     tokens: float = 0.0
     kl: float = 0.0
     teacher_logprob: float = 0.0
     model_tokens: float = 0.0
-    grad_norms: list[float] = field(default_factory=list)
-    lr: float | None = None
 
 
-class DistillLearner(GRPOLearner):
-    """Distillation from a teacher (see the module's docstring); GRPO's batching helpers, its own loss."""
+class DistillLearner(Learner):
+    """Distillation from a teacher (see the module's docstring)."""
 
-    sections = frozenset({"rollout", "server", "distill"})
-    ignored = frozenset()
+    sections = frozenset({"rollout", "server", "warmup", "loss", "distill"})
 
-    def __init__(self, config: TrainConfig, engine: Engine) -> None:
-        Learner.__init__(self, config, engine)  # not GRPO's: its top_p check names a setting distill lacks
-        self.loss_config = config.loss_config()  # GRPO's defaults: distill reads no grpo section
-        self._old: dict[int, torch.Tensor] = {}
+    def __init__(self, config: Any, engine: Engine) -> None:
+        super().__init__(config, engine)
         self.offline = config.rollout.trajectories is not None
         self.teacher = make_teacher(config.distill, engine)
         top_k = config.distill.teacher_top_k
         self.top_k = SERVER_TOP_K if top_k is None and isinstance(self.teacher, ServerTeacher) else top_k
         self.kl_name = "forward_kl" if self.offline else "reverse_kl"
+        self.loop: MiniBatchLoop[TrainSequence] = MiniBatchLoop(
+            engine, config, size=lambda s: len(s.input_ids), weight=lambda s: float(s.loss_tokens),
+            filler=lambda: filler_sequence(engine.pad_id))
+        self._old: dict[int, torch.Tensor] = {}
+
+    @classmethod
+    def check(cls, config: Any) -> None:
+        distill = config.distill
+        if distill.teacher is None and distill.teacher_url is None:
+            raise ConfigError("--trainer distill needs a teacher: -s teacher=MODEL (loaded here) or "
+                              "-s teacher_url=http://HOST:PORT/v1 (a server that returns prompt_logprobs).")
+        offline = config.rollout.trajectories is not None
+        unread = (_PLAYING | {"distill_loss"}) if offline else frozenset({"teacher_top_k"})
+        for section in ("rollout", "server", "distill"):
+            values, defaults = getattr(config, section), type(getattr(config, section))()
+            for name in sorted(unread & set(type(values).model_fields)):
+                if getattr(values, name) != getattr(defaults, name):
+                    what = ("an offline distillation (--trajectories) plays nothing and computes the forward KL"
+                            if offline else "an on-policy distillation (--env) computes the reverse KL on sampled "
+                                            "tokens")
+                    raise ConfigError(f"{section}.{name} is set, but {what}, which does not read it; remove it.")
+
+    @classmethod
+    def unread(cls, config: Any) -> frozenset[str]:
+        if config.rollout.trajectories is not None:  # offline: no sampling, no policy loss
+            return _PLAYING | {"distill_loss"} | _NO_KL | _CLIP_AND_AGGREGATION | {"correction", "correction_level",
+                                                                                   "correction_cap"}
+        if config.distill.distill_loss == "reverse_kl":
+            return _NO_KL | _CLIP_AND_AGGREGATION | {"teacher_top_k"}
+        return _NO_KL | {"teacher_top_k"}
 
     # -- the pieces of a step -----------------------------------------------------
 
@@ -100,93 +132,87 @@ class DistillLearner(GRPOLearner):
     def compute_distill_loss(self, group: Sequence[TrainSequence], batch: MicroBatch, teacher: TeacherBatch
                              ) -> tuple[torch.Tensor, torch.Tensor]:
         """The micro-batch's loss (a token mean over it) and the [S, T] per-token KL it reports."""
-        mask = batch.loss_mask
         if self.offline:
             student = self.engine.distributions(batch)
+            mask = batch.loss_mask.to(student.device)
             if teacher.full is not None:
                 per_token = forward_kl_full(student, teacher.full)
             else:
                 assert teacher.top_ids is not None and teacher.top_logprobs is not None
                 per_token = forward_kl_top_k(student, teacher.top_ids, teacher.top_logprobs)
             return masked_mean(per_token, mask), per_token.detach()
-        logprobs, _ = self.engine.logprobs(batch)
+        own, _ = self.engine.logprobs(batch, temperature=1.0)  # the student's own distribution, as the teacher's
+        mask = batch.loss_mask.to(own.device)
+        teacher_logprobs = teacher.token_logprobs.to(own.device)
+        sampled = self._sampling_logprobs(batch, own.detach())
         if self.config.distill.distill_loss == "reverse_kl":
-            return reverse_kl_sampled(logprobs, teacher.token_logprobs, mask)
-        old = logprobs.detach() if self._single_update else self._old_logprobs(list(group), logprobs.detach())
-        # The reverse KL at the step's start, negated, less its sequence's mean (reverse_kl's baseline too).
-        estimate = old - teacher.token_logprobs
+            settings = self.config.loss
+            weights = importance_weights(own.detach(), sampled, mask, mode=settings.correction,
+                                         level=settings.correction_level, cap=settings.correction_cap)
+            return reverse_kl_sampled(own, teacher_logprobs, mask, weights=weights)
+        return self._advantage_loss(group, batch, own.detach(), teacher_logprobs, mask)
+
+    def _sampling_logprobs(self, batch: MicroBatch, fallback: torch.Tensor) -> torch.Tensor:
+        """What the server sampled each token with (its logprobs; the student's own where it gave none)."""
+        has = batch.has_rollout_logprobs.to(fallback.device).unsqueeze(-1)
+        return torch.where(has, batch.rollout_logprobs.to(fallback.device), fallback)
+
+    def _advantage_loss(self, group: Sequence[TrainSequence], batch: MicroBatch, own: torch.Tensor,
+                        teacher_logprobs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GRPO's policy loss with each token's advantage the negated reverse-KL estimate, less its
+        sequence's mean (the baseline reverse_kl uses too)."""
+        logprobs, _ = self.engine.logprobs(batch)  # at the rollout's temperature: the ratio's distribution
+        old = logprobs.detach() if self._single_update else padded(list(group), self._old, logprobs.detach())
+        estimate = own - teacher_logprobs
         advantages = -(estimate - sequence_baseline(estimate, mask)) * mask
-        rollout = torch.where(batch.has_rollout_logprobs.unsqueeze(-1), batch.rollout_logprobs, old)
-        output = policy_loss(logprobs, old, advantages, mask, self.loss_config, rollout_logprobs=rollout)
-        return output.loss, logprobs.detach() - teacher.token_logprobs
+        rollout = self._sampling_logprobs(batch, old)
+        output = policy_loss(logprobs, old, advantages, mask, self.config.loss, rollout_logprobs=rollout)
+        return output.loss, estimate
+
+    @property
+    def _single_update(self) -> bool:
+        return self.config.optim.updates_per_step == 1
 
     # -- a step ---------------------------------------------------------------------
 
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         start = time.perf_counter()
         sequences = to_sequences(rows, [0.0] * len(rows))
-        local = self._my_share(sequences)
+        local = self.loop.local_share(sequences)
         teacher_seconds = self.teacher.prepare(local, top_k=self.top_k if self.offline else 0)
-        if not self.offline and self.config.distill.distill_loss == "advantage":
-            self._remember_old_logprobs(local)
-        mine = {id(sequence) for sequence in local}
+        self._old = {}
+        if not self.offline and self.config.distill.distill_loss == "advantage" and not self._single_update:
+            self._old = remembered_logprobs(self.engine, self.loop, local, self._collate)
         sums = _Sums()
-        generator = torch.Generator().manual_seed(self.config.run.seed * 7919 + self.engine.version)
-        for _ in range(self.config.optim.epochs):
-            order = torch.randperm(len(sequences), generator=generator).tolist()
-            for mini in _split([sequences[i] for i in order], self.config.optim.mini_batches):
-                self._distill_update([s for s in mini if id(s) in mine], sums)
-        self.engine.version += 1
-        metrics = self._distill_metrics(sums, sequences, time.perf_counter() - start)
-        metrics["time/teacher"] = teacher_seconds
-        return metrics
-
-    def _distill_update(self, mini: list[TrainSequence], sums: _Sums) -> None:
-        """One optimiser step on a mini-batch: token-mean loss over all of it (every rank, every pass)."""
-        normaliser = self._normaliser(mini)
-        for group in self._micro_batches(mini):
-            batch = self._collate(group)
-            teacher = self.teacher_scores(group, batch)
-            loss, per_token = self.compute_distill_loss(group, batch, teacher)
-            tokens = float(batch.loss_mask.sum())
-            self.engine.backward(loss * (tokens / normaliser))
-            sums.loss += float(loss.detach()) * tokens / normaliser
-            sums.tokens += tokens
-            sums.kl += float((per_token * batch.loss_mask).sum())
-            sums.teacher_logprob += float((teacher.token_logprobs * batch.loss_mask).sum())
-            sums.model_tokens += batch.num_tokens
-        grad_norm, sums.lr = self.engine.step()
-        sums.grad_norms.append(grad_norm)
-
-    def _distill_metrics(self, sums: _Sums, sequences: list[TrainSequence], seconds: float) -> dict[str, float]:
+        updates = self.loop.run(sequences, lambda group, normaliser: self._backward_pass(group, normaliser, sums))
         totals = torch.tensor([sums.loss, sums.tokens, sums.kl, sums.teacher_logprob, sums.model_tokens],
                               dtype=torch.float64)
         all_reduce(totals, self.engine.dist)
         loss, tokens, kl, teacher_logprob, model_tokens = (float(value) for value in totals)
-        metrics = {"grad_norm": sum(sums.grad_norms) / max(len(sums.grad_norms), 1), "train_tokens": model_tokens,
+        seconds = time.perf_counter() - start
+        metrics = {"updates": float(updates.updates), "grad_norm": updates.grad_norm, "train_tokens": model_tokens,
                    "loss_tokens": tokens, "train_tokens_per_s": model_tokens / max(seconds, 1e-9),
-                   "train_sequences": float(len(sequences))}
-        if sums.lr is not None:
-            metrics["lr"] = sums.lr
+                   "train_sequences": float(len(sequences)), "time/teacher": teacher_seconds}
+        if updates.lr is not None:
+            metrics["lr"] = updates.lr
         if tokens > 0:
-            metrics.update({"loss": loss / max(len(sums.grad_norms), 1), self.kl_name: kl / tokens,
+            metrics.update({"loss": loss / max(updates.updates, 1), self.kl_name: kl / tokens,
                             "teacher_logprob": teacher_logprob / tokens})
         return metrics
 
+    def _collate(self, group: list[TrainSequence]) -> MicroBatch:
+        return collate(group, pack=self.engine.packs, pad_id=self.engine.pad_id)
 
-def make_distill(config: TrainConfig, dist: Dist) -> Learner:
-    """The registry's entry point: distillation on ``config.run.backend``'s engine."""
-    distill = config.distill
-    if distill.teacher is None and distill.teacher_url is None:
-        raise ConfigError("--trainer distill needs a teacher: -s teacher=MODEL (loaded here) or "
-                          "-s teacher_url=http://HOST:PORT/v1 (a server that returns prompt_logprobs).")
-    offline = config.rollout.trajectories is not None
-    unread = _PLAYING | {"distill_loss"} if offline else frozenset({"teacher_top_k"})
-    for section in ("rollout", "server", "distill"):
-        values, defaults = getattr(config, section), type(getattr(config, section))()
-        for name in sorted(unread & set(type(values).model_fields)):
-            if getattr(values, name) != getattr(defaults, name):
-                what = ("an offline distillation (--trajectories) plays nothing and computes the forward KL"
-                        if offline else "an on-policy distillation (--env) computes the reverse KL on sampled tokens")
-                raise ConfigError(f"{section}.{name} is set, but {what}, which does not read it; remove it.")
-    return build_learner(DistillLearner, config, dist)
+    def _backward_pass(self, group: list[TrainSequence], normaliser: float, sums: _Sums) -> None:
+        """One pass: its token-mean loss, scaled to its share of the mini-batch (every rank, every pass)."""
+        batch = self._collate(group)
+        teacher = self.teacher_scores(group, batch)
+        loss, per_token = self.compute_distill_loss(group, batch, teacher)
+        mask = batch.loss_mask.to(per_token.device)
+        tokens = float(mask.sum())
+        self.engine.backward(loss * (tokens / normaliser))
+        sums.loss += float(loss.detach()) * tokens / normaliser
+        sums.tokens += tokens
+        sums.kl += float((per_token * mask).sum())
+        sums.teacher_logprob += float((teacher.token_logprobs.to(mask.device) * mask).sum())
+        sums.model_tokens += batch.num_tokens

@@ -11,10 +11,13 @@ the model the run starts from (the skeleton keeps it, and in OUT/reference for a
 On the trl backend, pairs of one-row episodes take TRL's ``DPOTrainer.compute_loss``
 (:class:`~agentgym.trainers.engines.base.PreferenceLoss`); the rest take :func:`dpo_loss`.
 
-One optimiser step a training step, on all its pairs: micro-batches of ``optim.micro_batch_size``
-pairs (both completions of a pair in the same forward pass, since the loss couples them) whose
-gradients add up to the mean over the pairs. The metrics of a step are measured in that same
-forward pass, before its update: on pairs the model has not been trained on (held out).
+A step's pairs run through the shared mini-batch loop
+(:class:`~agentgym.trainers.learners.minibatch.MiniBatchLoop`): ``optim.epochs`` passes over them,
+each split into ``optim.mini_batches`` updates, each update's pairs in passes of at most
+``optim.micro_batch_size`` pairs and ``optim.micro_batch_tokens`` tokens (both completions of a
+pair in the same pass, since the loss couples them) whose gradients add up to the mean over the
+mini-batch's pairs. The metrics of a step are measured in the first epoch's passes, before each
+pair's update: on pairs the model has not been trained on (held out).
 """
 
 from __future__ import annotations
@@ -28,17 +31,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from agentgym.trainers.engines.base import Engine, PreferenceLoss
-from agentgym.trainers.engines.batch import TrainSequence, collate, filler_sequence, to_sequences
-from agentgym.trainers.engines.distributed import Dist, all_reduce
-from agentgym.trainers.learners.base import Learner, build_learner
-from agentgym.trainers.losses.preference import dpo_loss
-from agentgym.trainers.settings import TrainConfig
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
+from agentgym.trainers.engines.base import Engine, PreferenceLoss
+from agentgym.trainers.engines.batch import TrainSequence, collate, filler_sequence, to_sequences
+from agentgym.trainers.engines.distributed import all_reduce
+from agentgym.trainers.learners.base import Learner
+from agentgym.trainers.learners.minibatch import MiniBatchLoop
+from agentgym.trainers.losses.preference import dpo_loss
 
-__all__ = ["DPOLearner", "Pair", "make_dpo", "pair_file_rows", "preference_pairs"]
+__all__ = ["DPOLearner", "Pair", "pair_file_rows", "preference_pairs"]
 
 _PAIR_COLUMNS = {"prompt", "chosen", "rejected"}
 
@@ -173,47 +176,59 @@ class DPOLearner(Learner):
     sections = frozenset({"rollout", "server", "warmup", "dpo"})
     needs_reference = True
 
-    def __init__(self, config: TrainConfig, engine: Engine) -> None:
+    def __init__(self, config: Any, engine: Engine) -> None:
         super().__init__(config, engine)
         self.settings = config.dpo
+        self._episodes: dict[str, list[TrajectoryRow]] = {}
+        self.loop: MiniBatchLoop[Pair] = MiniBatchLoop(engine, config, size=self._pair_length, rows=self._pair_rows,
+                                                       weight=lambda pair: float(pair is not _FILLER),
+                                                       filler=lambda: _FILLER)
 
     def read_recorded(self, path: str) -> list[TrajectoryRow]:
         if "," not in path and _is_pair_file(path):
             return pair_file_rows(path, self.engine.tokenizer)
         return super().read_recorded(path)
 
+    def _pair_length(self, pair: Pair) -> int:
+        rows = self._episodes.get(pair.chosen, []) + self._episodes.get(pair.rejected, [])
+        return max((len(row.prompt_ids) + len(row.completion_ids) for row in rows), default=2)
+
+    def _pair_rows(self, pair: Pair) -> int:
+        return max(len(self._episodes.get(pair.chosen, [])) + len(self._episodes.get(pair.rejected, [])), 1)
+
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         started = time.perf_counter()
         pairs, unpaired = preference_pairs(rows, self.settings.pairs, self.settings.pair_margin)
-        episodes: dict[str, list[TrajectoryRow]] = {}
+        self._episodes = {}
         for row in rows:
-            episodes.setdefault(row.episode_id, []).append(row)
-        dist = self.engine.dist
-        mine = pairs[dist.rank::dist.world_size]
-        size = self.config.optim.micro_batch_size
-        chunks = [mine[i:i + size] for i in range(0, len(mine), size)]
-        count = int(all_reduce(torch.tensor(len(chunks)), dist, op="max").item())  # FSDP: as many passes each
-        totals = _Totals()
-        for chunk in chunks + [[]] * (count - len(chunks)):
-            self._add_chunk(chunk, episodes, max(len(pairs), 1), totals)
-        grad_norm, lr = self.engine.step()
-        self.engine.version += 1
-        summed = all_reduce(totals.tensor(), dist)
-        metrics = {"pairs": float(len(pairs)), "unpaired_groups": float(unpaired), "grad_norm": grad_norm, "lr": lr,
-                   "train_seconds": time.perf_counter() - started}
+            self._episodes.setdefault(row.episode_id, []).append(row)
+        totals, measured = _Totals(), set()
+
+        def backward_pass(chunk: list[Pair], normaliser: float) -> None:
+            self._add_chunk([pair for pair in chunk if pair is not _FILLER], normaliser, totals, measured)
+
+        updates = self.loop.run(pairs, backward_pass)
+        summed = all_reduce(totals.tensor(), self.engine.dist)
+        metrics = {"updates": float(updates.updates), "pairs": float(len(pairs)), "unpaired_groups": float(unpaired),
+                   "grad_norm": updates.grad_norm, "train_seconds": time.perf_counter() - started}
+        if updates.lr is not None:
+            metrics["lr"] = updates.lr
         if pairs:
             loss, margin, correct, chosen, rejected = (float(x) / len(pairs) for x in summed)
             metrics.update({"loss": loss, "reward_margin": margin, "reward_accuracy": correct,
                             "chosen_reward": chosen, "rejected_reward": rejected})
         return metrics
 
-    def _add_chunk(self, chunk: list[Pair], episodes: dict[str, list[TrajectoryRow]], total_pairs: int,
-                   totals: _Totals) -> None:
-        """Forward and backward one micro-batch of pairs; its sums into ``totals``."""
+    def idle_reason(self, metrics: dict[str, float]) -> str:
+        return (f"no pair: in each of the {metrics.get('unpaired_groups', 0):.0f} groups the rewards were within "
+                f"pair_margin ({self.settings.pair_margin:g}) of each other")
+
+    def _add_chunk(self, chunk: list[Pair], normaliser: float, totals: _Totals, measured: set[int]) -> None:
+        """Forward and backward one pass of pairs; the sums of the pairs not measured yet into ``totals``."""
         engine = self.engine
         names = list(dict.fromkeys(name for pair in chunk for name in (pair.chosen, pair.rejected)))
-        sequences, owners = _episode_sequences(names, episodes, engine.pad_id)
-        batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id).to(engine.dist.device)
+        sequences, owners = _episode_sequences(names, self._episodes, engine.pad_id)
+        batch = collate(sequences, pack=engine.packs, pad_id=engine.pad_id)
         # One sequence per episode, logprobs at temperature 1: the backend's own DPO can take the pairs.
         backend = engine if isinstance(engine, PreferenceLoss) else None
         backend_loss = (backend is not None and bool(chunk) and owners == list(range(len(names)))
@@ -222,17 +237,18 @@ class DPOLearner(Learner):
             logprobs, _ = engine.logprobs(batch)
         with torch.no_grad():
             reference, _ = engine.logprobs(batch, reference=True)
-        owner = torch.tensor(owners, device=logprobs.device)
+        device = logprobs.device
+        mask = batch.loss_mask.to(device)
+        owner = torch.tensor(owners, device=device)
         width = max(len(names), 1)
-        summed = torch.zeros(width, dtype=logprobs.dtype, device=logprobs.device).index_add(
-            0, owner, (logprobs * batch.loss_mask).sum(-1))
+        summed = torch.zeros(width, dtype=logprobs.dtype, device=device).index_add(0, owner, (logprobs * mask).sum(-1))
         if not chunk:
             engine.backward(summed.sum() * 0.0)
             return
-        ref_summed = torch.zeros_like(summed).index_add(0, owner, (reference * batch.loss_mask).sum(-1))
-        tokens = torch.zeros_like(summed).index_add(0, owner, batch.loss_mask.sum(-1))
-        chosen = torch.tensor([names.index(pair.chosen) for pair in chunk], device=logprobs.device)
-        rejected = torch.tensor([names.index(pair.rejected) for pair in chunk], device=logprobs.device)
+        ref_summed = torch.zeros_like(summed).index_add(0, owner, (reference * mask).sum(-1))
+        tokens = torch.zeros_like(summed).index_add(0, owner, mask.sum(-1))
+        chosen = torch.tensor([names.index(pair.chosen) for pair in chunk], device=device)
+        rejected = torch.tensor([names.index(pair.rejected) for pair in chunk], device=device)
         losses, margins = dpo_loss(summed[chosen], summed[rejected], ref_summed[chosen], ref_summed[rejected],
                                    beta=self.settings.beta, kind=self.settings.dpo_loss,
                                    chosen_tokens=tokens[chosen], rejected_tokens=tokens[rejected])
@@ -240,15 +256,24 @@ class DPOLearner(Learner):
             mean = backend.preference_loss([sequences[i] for i in chosen.tolist()],
                                           [sequences[i] for i in rejected.tolist()],
                                           ref_summed[chosen], ref_summed[rejected])
-            engine.backward(mean * len(chunk) / total_pairs)
+            engine.backward(mean * len(chunk) / normaliser)
         else:
-            engine.backward(losses.sum() / total_pairs)
+            engine.backward(losses.sum() / normaliser)
+        fresh = [i for i, pair in enumerate(chunk) if id(pair) not in measured]  # each pair once, before its update
+        measured.update(id(pair) for pair in chunk)
+        if not fresh:
+            return
+        keep = torch.tensor(fresh, device=device)
         beta = self.settings.beta
-        totals.loss += float(losses.detach().sum())
-        totals.margin += float(margins.sum())
-        totals.correct += float((margins > 0).sum())
-        totals.chosen += float(beta * (summed[chosen] - ref_summed[chosen]).detach().sum())
-        totals.rejected += float(beta * (summed[rejected] - ref_summed[rejected]).detach().sum())
+        totals.loss += float(losses.detach()[keep].sum())
+        totals.margin += float(margins[keep].sum())
+        totals.correct += float((margins[keep] > 0).sum())
+        totals.chosen += float(beta * (summed[chosen] - ref_summed[chosen]).detach()[keep].sum())
+        totals.rejected += float(beta * (summed[rejected] - ref_summed[rejected]).detach()[keep].sum())
+
+
+#: the pair a rank with fewer passes runs: nothing to learn
+_FILLER = Pair("", "")
 
 
 def _episode_sequences(names: list[str], episodes: dict[str, list[TrajectoryRow]], pad_id: int
@@ -265,8 +290,3 @@ def _episode_sequences(names: list[str], episodes: dict[str, list[TrajectoryRow]
     if not sequences:
         return [filler_sequence(pad_id)], [0]
     return sequences, owners
-
-
-def make_dpo(config: TrainConfig, dist: Dist) -> Learner:
-    """The registry's entry point: DPO on ``config.run.backend``'s engine."""
-    return build_learner(DPOLearner, config, dist)

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from agentgym.errors import ConfigError
 from agentgym.trainers.engines.base import Engine
 from agentgym.trainers.engines.batch import MicroBatch, TrainSequence
 from agentgym.trainers.losses.distillation import teacher_top_k
-from agentgym.trainers.settings import DistillSettings
-
-from agentgym.errors import ConfigError
+from agentgym.trainers.learners.settings import DistillSettings
 
 __all__ = ["SERVER_TOP_K", "InProcessTeacher", "ServerTeacher", "TeacherBatch", "make_teacher"]
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from agentgym.trainers.engines.distributed import Dist
-from agentgym.trainers.learners.base import Learner
 
 from agentgym.errors import ConfigError
+from agentgym.trainers.engines.distributed import Dist
+from agentgym.trainers.learners.base import Learner
 
 __all__ = ["CHECKPOINT_DIR", "export_checkpoint", "find_checkpoint", "latest_checkpoint", "list_checkpoints",
            "load_checkpoint", "save_checkpoint"]
@@ -131,7 +131,7 @@ def export_checkpoint(folder: str | Path, out: str | Path, *, device: str = "cpu
     from; a LoRA checkpoint holds only the adapters, which are merged into it.
     """
     from agentgym.trainers.engines.distributed import init_distributed
-    from agentgym.trainers.learners.base import engine_class
+    from agentgym.trainers.registry import engine_class
     from agentgym.trainers.settings import TrainConfig
 
     folder = Path(folder)

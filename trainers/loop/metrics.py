@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from agentgym.trainers.settings import TrainConfig
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -32,6 +31,7 @@ from rich.progress import (
 
 from agentgym.errors import MissingDependencyError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
+from agentgym.trainers.settings import TrainConfig
 
 __all__ = ["EPISODES_FILE", "METRICS_FILE", "SAMPLES_FILE", "MetricsLogger", "read_jsonl", "step_line"]
 

@@ -18,9 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym.trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, read_jsonl
-
 from agentgym.errors import ConfigError
+from agentgym.trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, read_jsonl
 
 __all__ = ["CHARTS", "EVAL_FILE", "render_report", "svg_chart", "write_report"]
 

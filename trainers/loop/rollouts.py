@@ -10,21 +10,19 @@ not the answer.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from agentgym.trainers.settings import TrainConfig
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
-from agentgym.rollout.rows import TrajectoryRow, first_rows
+from agentgym.rollout.rows import TrajectoryRow
+from agentgym.trainers.loop.sources import episode_stats
 
-__all__ = ["OfflineGroups", "StepRollout", "collect_step", "drop_stale", "episode_stats", "format_warmup_rows",
-           "play_step", "rollout_config"]
+__all__ = ["StepRollout", "collect_step", "format_warmup_rows", "play_step", "rollout_config"]
 
 _WARMUP_SEED_OFFSET = 1_000_000  # warm-up seeds never meet the training steps' seeds
 
@@ -38,7 +36,7 @@ class StepRollout:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def rollout_config(config: TrainConfig, step: int, **changes: Any) -> RolloutConfig:
+def rollout_config(config: Any, step: int, **changes: Any) -> RolloutConfig:
     """The :class:`RolloutConfig` of ``step``: new seeds each step, seeded sampling.
 
     ``changes``: other :class:`RolloutConfig` fields (the format warm-up's episodes and seeds).
@@ -56,7 +54,7 @@ def rollout_config(config: TrainConfig, step: int, **changes: Any) -> RolloutCon
     return RolloutConfig(**{**values, **changes})
 
 
-async def collect_step(config: TrainConfig, step: int, policy: OpenAIPolicy,
+async def collect_step(config: Any, step: int, policy: OpenAIPolicy,
                        renderer: ChatRenderer) -> StepRollout:
     """Play ``step``'s ``episodes_per_step`` episodes with the model behind ``policy``."""
     start = time.perf_counter()
@@ -67,92 +65,28 @@ async def collect_step(config: TrainConfig, step: int, policy: OpenAIPolicy,
     return StepRollout(rows=rows, seconds=seconds, stats=stats)
 
 
-async def play_step(config: TrainConfig, step: int, base_url: str, model_name: str,
-                    renderer: ChatRenderer, *, api_key: str = "EMPTY") -> StepRollout:
+async def play_step(config: Any, step: int, base_url: str, model_name: str,
+                    renderer: ChatRenderer, *, api_key: str = "EMPTY",
+                    weights_version: Callable[[], int] | None = None) -> StepRollout:
     """:func:`collect_step` against the server at ``base_url``, requests naming ``model_name``.
 
-    Sampling and connections come from ``config``.
+    Sampling and connections come from ``config``; ``weights_version``: the version of the weights the
+    server has (the weight push knows it), for servers whose answers do not say.
     """
     rollout = config.rollout
     sampling = SamplingConfig(temperature=rollout.temperature, top_p=rollout.top_p, max_tokens=rollout.max_tokens)
     async with OpenAIPolicy(base_url, model_name, api_key=api_key, sampling=sampling,
-                            max_connections=rollout.concurrency) as policy:
+                            max_connections=rollout.concurrency, weights_version=weights_version) as policy:
         return await collect_step(config, step, policy, renderer)
 
 
-async def format_warmup_rows(config: TrainConfig, renderer: ChatRenderer) -> list[TrajectoryRow]:
+async def format_warmup_rows(config: Any, renderer: ChatRenderer) -> list[TrajectoryRow]:
     """``format_warmup_episodes`` episodes of the env's random well-formed policy, as rows."""
     if config.rollout.env_id is None:
         return []
     rollout = rollout_config(
-        config, 0, episodes=config.warmup.format_warmup_episodes, group_size=1,
+        config, 0, episodes=config.warmup.episodes_for(config.model.model), group_size=1,
         concurrency=1,  # one at a time: the random policy's draws stay in order
         seed=config.run.seed + _WARMUP_SEED_OFFSET, seeds=None, sampling_seed=None)
     policy = RandomPolicy(seed=config.run.seed)
     return await EnvManager(rollout, policy, renderer=renderer).run()
-
-
-class OfflineGroups:
-    """Whole groups of a rollout file, ``episodes_per_step`` episodes a step, round and round.
-
-    Offline training (``--trajectories FILE``) of both backends reads its steps from here,
-    so a step trains on the same rows whichever backend runs it.
-    """
-
-    def __init__(self, path: str, episodes_per_step: int, rows: list[TrajectoryRow] | None = None) -> None:
-        """``rows``: the file's rows as the learner read them (None: read ``path`` as a rollout file)."""
-        from agentgym.rollout.storage import read_rows
-
-        groups: OrderedDict[tuple[str, int, int], list[TrajectoryRow]] = OrderedDict()
-        for row in read_rows(path) if rows is None else rows:
-            if row.error is None:
-                groups.setdefault((row.env_id, row.seed, row.group_id), []).append(row)
-        if not groups:
-            raise ConfigError(f"{path!r} holds no usable rows (all failed, or the file is empty).")
-        self.path = path
-        self.groups = list(groups.values())
-        self.episodes_per_step = episodes_per_step
-        self._starts = [0]  # the group each step starts at, as far as walked
-
-    def take(self, position: int) -> tuple[list[TrajectoryRow], int]:
-        """The rows of the next step from group ``position`` on, and the position after them."""
-        rows: list[TrajectoryRow] = []
-        episodes = 0
-        while episodes < self.episodes_per_step:
-            group = self.groups[position % len(self.groups)]
-            rows += group
-            episodes += len({row.episode_id for row in group})
-            position += 1
-        return rows, position % len(self.groups)
-
-    def rows_of_step(self, step: int) -> list[TrajectoryRow]:
-        """The rows training step ``step`` takes (a resumed run starts at any step)."""
-        while len(self._starts) <= step:
-            self._starts.append(self.take(self._starts[-1])[1])
-        return self.take(self._starts[step])[0]
-
-
-def drop_stale(rows: list[TrajectoryRow], version: int, max_staleness: int) -> tuple[list[TrajectoryRow], int]:
-    """Rows sampled at most ``max_staleness`` versions before ``version`` (unknown versions kept)."""
-    kept = [row for row in rows
-            if row.policy_version is None or version - row.policy_version <= max_staleness]
-    return kept, len(rows) - len(kept)
-
-
-def episode_stats(rows: list[TrajectoryRow]) -> dict[str, float]:
-    """Mean reward, success rate, valid-action rate, turns and sampled tokens of the episodes."""
-    episodes = first_rows(rows)
-    if not episodes:
-        return {}
-    count = len(episodes)
-    turns = max(sum(row.num_turns for row in episodes), 1)
-    return {
-        "episodes": float(count),
-        "reward": sum(row.reward for row in episodes) / count,
-        "success": sum(row.success for row in episodes) / count,
-        "valid_actions": 1.0 - sum(row.invalid_actions for row in episodes) / turns,
-        "turns": turns / count,
-        "sampled_tokens": float(sum(sum(row.completion_mask) for row in rows)),
-        "completion_tokens": sum(sum(row.completion_mask) for row in rows) / count,
-        "errors": float(sum(row.error is not None for row in episodes)),
-    }

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Self
 
 from agentgym.trainers.loop.rollouts import StepRollout, play_step
-from agentgym.trainers.settings import TrainConfig
 
 __all__ = ["Serving"]
 
@@ -28,7 +27,7 @@ __all__ = ["Serving"]
 class Serving:
     """Started on rank 0 only; the other ranks take part in :meth:`push`'s gather and nothing else."""
 
-    def __init__(self, config: TrainConfig, tokenizer: Any, model_path: str, *, main: bool = True) -> None:
+    def __init__(self, config: Any, tokenizer: Any, model_path: str, *, main: bool = True) -> None:
         self.config = config
         self.main = main
         self.tokenizer = tokenizer
@@ -38,6 +37,8 @@ class Serving:
         self.api_key = config.server.api_key
         self.model_name = config.model.model
         self._sync: Any = None
+        #: the version of the weights the server has (the last push's; the start model's is 0)
+        self.served_version = 0
         self._ahead: dict[int, Future[StepRollout]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._stack = contextlib.ExitStack()
@@ -68,9 +69,8 @@ class Serving:
         if self.config.server.sync_weights:
             from agentgym.trainers.loop.sync import make_weight_sync
 
-            method = "vllm" if self.config.server.engine == "vllm" else "builtin"
             self._sync = self._stack.enter_context(contextlib.closing(make_weight_sync(
-                method, self.base_url, model_name=self.model_name, api_key=self.api_key,
+                self.config.server.engine, self.base_url, model_name=self.model_name, api_key=self.api_key,
                 folder=Path(self.config.run.out) / "sync")))
         return self
 
@@ -88,6 +88,12 @@ class Serving:
         rollout.stats["time/waiting"] = time.perf_counter() - started
         return rollout
 
+    def start_ahead(self, step: int, ahead: int, steps: int) -> None:
+        """Have the steps after ``step``, up to ``ahead`` of them (and before ``steps``), played or playing."""
+        for later in range(step + 1, min(step + ahead, steps - 1) + 1):
+            if later not in self._ahead:
+                self.start(later)
+
     def start(self, step: int) -> None:
         """Begin playing ``step``'s episodes in a thread, against the weights the server has now.
 
@@ -101,7 +107,7 @@ class Serving:
 
     def _play(self, step: int) -> StepRollout:
         return asyncio.run(play_step(self.config, step, self.base_url, self.model_name, self.renderer,
-                                     api_key=self.api_key))
+                                     api_key=self.api_key, weights_version=lambda: self.served_version))
 
     def push(self, learner: Any) -> float:
         """Send the learner's weights to the server; seconds taken (0 when nothing is synced).
@@ -113,5 +119,5 @@ class Serving:
         started = time.perf_counter()
         weights = learner.weights()
         if self._sync is not None:
-            self._sync.push(weights, version=learner.version)
+            self.served_version = self._sync.push(weights, version=learner.version).version
         return time.perf_counter() - started

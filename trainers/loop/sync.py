@@ -1,7 +1,7 @@
 """Weight sync: make a running server sample from the trainer's current weights.
 
-After each optimiser step the trainer pushes its weights to the server the
-rollouts talk to. One protocol, :class:`WeightSync`, four ways:
+After each training step that changed the weights the run loop pushes them to the server the
+rollouts talk to. One protocol, :class:`WeightSync`, two ways (``server.engine`` chooses):
 
 ==================  ==========================================================  ===============
 class               how                                                         server
@@ -10,22 +10,18 @@ class               how                                                         
 ``VLLMSync``        safetensors to a folder, ``POST /collective_rpc``            vLLM (dev mode)
                     ``reload_weights``, ``/reset_prefix_cache``,
                     ``/update_weight_version``
-``LoRASync``        the adapter to a folder, ``POST /v1/load_lora_adapter``      both
-                    under a new name per version; older ones unloaded
-``VLLMNCCLSync``    NCCL broadcast through vLLM's weight-transfer endpoints      vLLM on GPUs
-                    (``/init_weight_transfer_engine``, ``/update_weights``...)   (untested here)
 ==================  ==========================================================  ===============
 
-The folder ways need the server to read the trainer's disk (same machine or a
-shared file system); NCCL needs neither, only GPUs on both sides.
+Both need the server to read the trainer's disk (same machine or a shared file system): the
+folder is the run's ``sync/``. A LoRA run pushes its merged full weights the same way. (Runtime
+LoRA loading and vLLM's NCCL weight transfer were written once and never reached by a run; they
+went, to come back with a test that runs them.)
 
-Every push bumps the version: the built-in server reports it as
-``policy_version`` on each response, vLLM at ``GET /weight_info``, and a LoRA
-sync serves each version under its own name, which requests must then use::
+Every push sets the version: the built-in server reports it as ``policy_version`` on each
+response, vLLM at ``GET /weight_info``::
 
     sync = BuiltinSync(server.url)
-    result = sync.push(model)                 # after an optimiser step
-    policy.model = result.model_name          # changes only with LoRASync
+    result = sync.push(model, version=3)      # after a training step
 
 ``push`` takes a module or a state dict (an FSDP trainer passes the full,
 gathered one) and writes every tensor under its name, tied ones included
@@ -40,19 +36,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from agentgym.errors import ConfigError, MissingDependencyError
-from agentgym.serve.vllm import _request_json, reload_weights
+from agentgym.errors import ConfigError
+from agentgym.serve.vllm import request_json, reload_weights
 
 __all__ = [
     "BuiltinSync",
-    "LoRASync",
     "SYNC_METHODS",
     "SyncResult",
-    "VLLMNCCLSync",
     "VLLMSync",
     "WeightSync",
     "Weights",
@@ -62,7 +56,7 @@ __all__ = [
 ]
 
 #: The ``method`` names :func:`make_weight_sync` understands.
-SYNC_METHODS = ("builtin", "vllm", "lora", "nccl")
+SYNC_METHODS = ("builtin", "vllm")
 _WEIGHTS_FILE = "model.safetensors"
 
 Weights = torch.nn.Module | Mapping[str, torch.Tensor]
@@ -113,8 +107,8 @@ def _full_state(weights: Weights) -> dict[str, torch.Tensor]:
     if isinstance(weights, torch.nn.Module):
         if hasattr(weights, "peft_config"):
             raise ConfigError(
-                "This model carries a LoRA adapter: sync it with LoRASync (method 'lora'), or "
-                "merge it first (model.merge_and_unload()) to push full weights.")
+                "This model carries a LoRA adapter: merge it first (model.merge_and_unload(), or the "
+                "engine's full_weights()) to push full weights.")
         return dict(weights.state_dict())
     if not isinstance(weights, Mapping):
         raise ConfigError(f"push() takes a torch module or a state dict, got {type(weights).__name__}.")
@@ -227,7 +221,7 @@ class BuiltinSync(_FolderSync):
         started = time.perf_counter()
         wanted = _check_version(version, self._version)
         size = save_weights(weights, self._scratch.path)
-        answer = _request_json(
+        answer = request_json(
             f"{self.url}/update_weights",
             {"weights_path": str(self._scratch.path / _WEIGHTS_FILE), "version": wanted},
             timeout=self.timeout, api_key=self.api_key,
@@ -253,7 +247,7 @@ class VLLMSync(_FolderSync):
         wanted = _check_version(version, self._version)
         size = save_weights(weights, self._scratch.path)
         reload_weights(self.url, self._scratch.path, timeout=self.timeout, api_key=self.api_key)
-        _request_json(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
+        request_json(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
                       timeout=self.timeout, api_key=self.api_key,
                       hint=" vLLM 0.32 or newer in dev mode (VLLM_SERVER_DEV_MODE=1) has this route.")
         self._version = wanted
@@ -262,143 +256,9 @@ class VLLMSync(_FolderSync):
 
 def served_weight_version(url: str, *, api_key: str | None = None, timeout: float = 30.0) -> str | None:
     """The weight version a vLLM server reports (``GET /weight_info``)."""
-    answer = _request_json(f"{_root(url)}/weight_info", method="GET", timeout=timeout, api_key=api_key,
+    answer = request_json(f"{_root(url)}/weight_info", method="GET", timeout=timeout, api_key=api_key,
                            hint=" vLLM 0.32 or newer in dev mode has this route.")
     return answer.get("weight_version") if isinstance(answer, dict) else None
-
-
-# -- LoRA adapters -----------------------------------------------------------------------------
-
-
-class LoRASync(_FolderSync):
-    """A peft adapter, served under a new name per version (``<base>-lora-v<N>``).
-
-    Works with vLLM (``--enable-lora``, ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``) and
-    with the built-in server. After a push, requests must name
-    :attr:`model_name` (``policy.model = result.model_name``); the oldest
-    adapters beyond ``keep`` are unloaded and their folders removed, so the
-    server holds at most ``keep`` of them.
-    """
-
-    _prefix = "agentgym-lora-"
-
-    def __init__(self, url: str, *, model_name: str, folder: str | Path | None = None,
-                 api_key: str | None = None, timeout: float = 300.0, keep: int = 1) -> None:
-        if not model_name:
-            raise ConfigError("LoRASync needs model_name, the served base model's name.")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ConfigError(f"keep must be a whole number >= 1 (adapters left loaded), got {keep!r}.")
-        super().__init__(url, model_name=model_name, folder=folder, api_key=api_key, timeout=timeout)
-        self.base_name = model_name
-        self.keep = keep
-        self._loaded: list[tuple[str, Path]] = []
-
-    @property
-    def model_name(self) -> str:
-        return self._loaded[-1][0] if self._loaded else self.base_name
-
-    def adapter_name(self, version: int) -> str:
-        """The name version ``version`` is served under."""
-        return f"{self.base_name}-lora-v{version}"
-
-    def push(self, weights: Weights, *, version: int | None = None) -> SyncResult:
-        if not hasattr(weights, "peft_config") or not hasattr(weights, "save_pretrained"):
-            raise ConfigError("LoRASync pushes a peft model (get_peft_model(...)); for full weights "
-                              "use BuiltinSync or VLLMSync.")
-        started = time.perf_counter()
-        wanted = _check_version(version, self._version)
-        name = self.adapter_name(wanted)
-        if any(loaded == name for loaded, _ in self._loaded):
-            raise ConfigError(f"version {wanted} was pushed already (as {name!r}); versions must be new.")
-        folder = self._scratch.path / f"v{wanted}"
-        weights.save_pretrained(str(folder))
-        size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-        _request_json(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(folder)},
-                      timeout=self.timeout, api_key=self.api_key,
-                      hint=" vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True.")
-        self._loaded.append((name, folder))
-        self._version = wanted
-        self._unload_old()
-        return SyncResult(wanted, name, time.perf_counter() - started, size)
-
-    def _unload_old(self) -> None:
-        while len(self._loaded) > self.keep:
-            name, folder = self._loaded.pop(0)
-            _request_json(f"{self.url}/v1/unload_lora_adapter", {"lora_name": name},
-                          timeout=self.timeout, api_key=self.api_key, hint="")
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-# -- vLLM on GPUs: NCCL weight transfer (untested here) ----------------------------------------
-
-
-class VLLMNCCLSync(_Sync):
-    """Full weights broadcast over NCCL through vLLM's weight-transfer endpoints.
-
-    UNTESTED: written against vLLM 0.32's trainer-side API
-    (``vllm.distributed.weight_transfer``: ``NCCLTrainerWeightTransferEngine``,
-    ``HTTPVLLMWeightSyncClient``, ``ModuleSource``), which needs CUDA on both
-    sides; the CI machines have none. vLLM must be started with
-    ``--weight-transfer-config '{"backend": "nccl"}'`` in dev mode, and vLLM
-    must be importable in the trainer's interpreter. ``world_size`` is 1 (the
-    trainer) plus vLLM's workers (tensor x data parallel). The first push opens
-    the NCCL group (``/init_weight_transfer_engine``); each push then runs
-    ``/start_weight_update``, ``/update_weights`` with the broadcast, and
-    ``/finish_weight_update`` carrying the version.
-    """
-
-    def __init__(self, url: str, *, model_name: str = "", master_address: str = "127.0.0.1",
-                 master_port: int = 29600, world_size: int = 2, rank: int = 0,
-                 timeout: float = 300.0) -> None:
-        super().__init__(url, model_name=model_name, timeout=timeout)
-        self.master_address = master_address
-        self.master_port = master_port
-        self.world_size = world_size
-        self.rank = rank
-        self._engine: Any = None
-        self._module: torch.nn.Module | None = None
-
-    def push(self, weights: Weights, *, version: int | None = None) -> SyncResult:
-        if not isinstance(weights, torch.nn.Module):
-            raise ConfigError("VLLMNCCLSync pushes a module (its parameters are broadcast), "
-                              "not a state dict.")
-        started = time.perf_counter()
-        wanted = _check_version(version, self._version)
-        if self._engine is None or self._module is not weights:
-            self._engine = self._open(weights)
-            self._module = weights
-        self._engine.send_weights()
-        if self.rank == 0:
-            _request_json(f"{self.url}/update_weight_version", {"new_version": str(wanted)},
-                          timeout=self.timeout, api_key=None, hint="")
-        self._version = wanted
-        size = sum(p.numel() * p.element_size() for p in weights.parameters())
-        return SyncResult(wanted, self._model_name, time.perf_counter() - started, size)
-
-    def _open(self, module: torch.nn.Module) -> Any:
-        if not torch.cuda.is_available():
-            raise ConfigError("NCCL weight transfer needs CUDA GPUs; on a CPU use VLLMSync "
-                              "(method 'vllm'), which reloads weights from a folder.")
-        try:
-            from vllm.distributed.weight_transfer import HTTPVLLMWeightSyncClient, ModuleSource
-            from vllm.distributed.weight_transfer.nccl_engine import (
-                NCCLTrainerInitInfo,
-                NCCLTrainerWeightTransferEngine,
-            )
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"NCCL weight transfer needs vLLM (0.32 or newer) importable in the trainer's "
-                f"interpreter: {MissingDependencyError.install_hint('vllm')} ({exc}).") from exc
-        info = NCCLTrainerInitInfo(master_address=self.master_address, master_port=self.master_port,
-                                   world_size=self.world_size, rank=self.rank)
-        client = HTTPVLLMWeightSyncClient(self.url, timeout=self.timeout)
-        return NCCLTrainerWeightTransferEngine.trainer_init(info, client=client,
-                                                            source=ModuleSource(module))
-
-    def close(self) -> None:
-        if self._engine is not None:
-            self._engine.shutdown()
-            self._engine = None
 
 
 # -- choosing one ------------------------------------------------------------------------------
@@ -408,16 +268,10 @@ def make_weight_sync(method: str, url: str, *, model_name: str = "", api_key: st
                      folder: str | Path | None = None, timeout: float = 300.0) -> WeightSync:
     """The sync for ``method`` (one of :data:`SYNC_METHODS`) to the server at ``url``.
 
-    ``builtin``: agentgym's server; ``vllm``: vLLM, full weights from a folder;
-    ``lora``: a peft adapter (either server); ``nccl``: vLLM on GPUs (see
-    :class:`VLLMNCCLSync` for its extra options).
+    ``builtin``: agentgym's server; ``vllm``: vLLM, full weights from a folder.
     """
     if method == "builtin":
         return BuiltinSync(url, model_name=model_name, folder=folder, api_key=api_key, timeout=timeout)
     if method == "vllm":
         return VLLMSync(url, model_name=model_name, folder=folder, api_key=api_key, timeout=timeout)
-    if method == "lora":
-        return LoRASync(url, model_name=model_name, folder=folder, api_key=api_key, timeout=timeout)
-    if method == "nccl":
-        return VLLMNCCLSync(url, model_name=model_name, timeout=timeout)
     raise ConfigError(f"Unknown weight sync method {method!r}; use one of {', '.join(SYNC_METHODS)}.")

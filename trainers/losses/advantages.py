@@ -8,34 +8,33 @@ Departures from the papers, on purpose:
 - GRPO scales by the group's *sample* std (``correction=1``), as TRL does.
 - Dr. GRPO (Liu et al. 2025) drops the std (``dr_grpo``: r - mean); its length
   normalisation is the policy loss's ``constant_sum`` aggregation.
-- GiGPO's turn-level advantage (Feng et al. 2025, "Group-in-Group Policy
-  Optimization for LLM Agent Training") normalises with the same method as
-  the episode-level one (``grpo``: by the anchor group's std; ``dr_grpo``:
-  not at all), where the paper has a switch of its own.
+
+GiGPO's turn-level term and the other options that lost their comparisons are in
+:mod:`agentgym.trainers.research`, off this path.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, TurnSpan
-
-from agentgym.trainers.settings import AdvantageMethod, Baseline
+from agentgym.trainers.losses.settings import AdvantageMethod, Baseline
 
 __all__ = [
-    "anchor_advantages",
     "discounted_returns",
+    "episode_turns",
     "group_advantages",
+    "group_key",
+    "matched_turns",
     "playing_baseline_advantages",
     "playing_turn_advantages",
     "row_advantages",
+    "rows_by_episode",
     "token_advantages",
-    "turn_advantages",
-    "turn_credit_share",
     "zero_variance_groups",
 ]
 
@@ -85,33 +84,6 @@ def discounted_returns(rewards: Sequence[float], discount: float) -> list[float]
     return returns
 
 
-def anchor_advantages(returns: Sequence[float], anchors: Sequence[Hashable],
-                      method: AdvantageMethod = "grpo") -> list[float]:
-    """GiGPO's turn-level advantage: each turn's return against the other turns taken from the same state.
-
-    ``anchors[i]`` names the state turn ``i`` acted in (its observation); the
-    turns sharing an anchor form a group, and :func:`group_advantages` with
-    ``method`` compares their returns. A turn whose state no other turn saw
-    gets 0: nothing to compare it with. So in a state the policy keeps coming
-    back to (a move that changes nothing, played again and again), the move that
-    broke out and won is pushed up against the ones that stayed, even inside
-    an episode that won overall.
-    """
-    if len(returns) != len(anchors):
-        raise ConfigError(f"{len(returns)} returns but {len(anchors)} anchors: one anchor per turn.")
-    members: dict[Hashable, list[int]] = defaultdict(list)
-    for turn, anchor in enumerate(anchors):
-        members[anchor].append(turn)
-    advantages = [0.0] * len(returns)
-    for turns in members.values():
-        if len(turns) < 2:
-            continue
-        values = torch.tensor([returns[t] for t in turns], dtype=torch.float64)
-        for turn, advantage in zip(turns, group_advantages(values, len(turns), method).tolist()):
-            advantages[turn] = advantage
-    return advantages
-
-
 def playing_baseline_advantages(returns: Sequence[Sequence[float]]) -> list[list[float]]:
     """Each turn's return-to-go against the other episodes of its group still playing at that turn.
 
@@ -158,35 +130,29 @@ def zero_variance_groups(rewards: torch.Tensor, group_size: int, atol: float = 1
     return (spread <= atol).repeat_interleave(group_size)
 
 
-def _group_key(row: TrajectoryRow) -> tuple[str, int, int]:
+def group_key(row: TrajectoryRow) -> tuple[str, int, int]:
     return row.env_id, row.seed, row.group_id
 
 
 def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo",
-                   *, filter_zero_variance: bool = False,
-                   filter_uniform_success: bool = False) -> list[float | None]:
+                   *, filter_zero_variance: bool = False) -> list[float | None]:
     """One advantage per row from its episode's reward against its group's.
 
     An episode split into several rows gives each of them its advantage. A
     group is every episode sharing (env, seed, group_id); groups may differ in
     size. With ``filter_zero_variance`` a group whose rewards are all equal
-    gets ``None`` (skip it: its advantage is zero everywhere); with
-    ``filter_uniform_success`` so does a group whose episodes all succeeded or
-    all failed (DAPO's filter: whatever its rewards differ by, it says nothing
-    about what wins).
+    gets ``None`` (skip it: its advantage is zero everywhere), and so does a lone
+    episode; without it, they get 0.
     """
     episodes: dict[tuple[str, int, int], dict[str, float]] = defaultdict(dict)
-    successes: dict[tuple[str, int, int], set[bool]] = defaultdict(set)
     for row in rows:
-        episodes[_group_key(row)][row.episode_id] = row.reward
-        successes[_group_key(row)].add(row.success)
-    skipped = None if filter_zero_variance or filter_uniform_success else 0.0  # a filtered group's value
+        episodes[group_key(row)][row.episode_id] = row.reward
+    skipped = None if filter_zero_variance else 0.0  # a filtered group's value
     by_episode: dict[str, float | None] = {}
-    for key, members in episodes.items():
+    for members in episodes.values():
         rewards = torch.tensor(list(members.values()), dtype=torch.float64)
         equal_rewards = filter_zero_variance and float(rewards.max() - rewards.min()) <= 1e-6
-        one_outcome = filter_uniform_success and len(successes[key]) == 1
-        if len(members) < 2 or equal_rewards or one_outcome:
+        if len(members) < 2 or equal_rewards:
             by_episode.update(dict.fromkeys(members, skipped))
             continue
         advantages = group_advantages(rewards, len(members), method).tolist()
@@ -194,49 +160,21 @@ def row_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grp
     return [by_episode[row.episode_id] for row in rows]
 
 
-def _rows_by_episode(rows: Sequence[TrajectoryRow]) -> dict[str, list[TrajectoryRow]]:
+def rows_by_episode(rows: Sequence[TrajectoryRow]) -> dict[str, list[TrajectoryRow]]:
     episodes: dict[str, list[TrajectoryRow]] = defaultdict(list)
     for row in rows:
         episodes[row.episode_id].append(row)
     return {key: sorted(parts, key=lambda r: r.row_index) for key, parts in episodes.items()}
 
 
-def turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo",
-                    discount: float = 0.95) -> dict[str, list[float]]:
-    """GiGPO's turn-level advantage of every turn, by episode id.
-
-    Within a group (as :func:`row_advantages` forms them), the turns taken from
-    the same observation are compared by their discounted return-to-go
-    (:func:`~agentgym.trainers.losses.anchor_advantages`). An episode whose
-    turns cannot be matched to its tokens (an error between sampling and
-    stepping leaves a turn with no reward) gets zeros: only its episode-level
-    advantage.
-    """
-    anchors: dict[tuple[str, int, int], list[tuple[str, int, str, float]]] = defaultdict(list)
-    result: dict[str, list[float]] = {}
-    for episode_id, parts in _rows_by_episode(rows).items():
-        first = parts[0]
-        result[episode_id] = [0.0] * len(first.turn_rewards)
-        if not _matched_turns(first, parts):
-            continue
-        returns = discounted_returns(first.turn_rewards, discount)
-        for span in _episode_turns(parts):
-            anchors[_group_key(first)].append((episode_id, span.turn, span.observation_hash, returns[span.turn]))
-    for members in anchors.values():
-        values = anchor_advantages([m[3] for m in members], [m[2] for m in members], method)
-        for (episode_id, turn, _, _), value in zip(members, values):
-            result[episode_id][turn] = value
-    return result
-
-
-def _episode_turns(parts: Sequence[TrajectoryRow]) -> list[TurnSpan]:
+def episode_turns(parts: Sequence[TrajectoryRow]) -> list[TurnSpan]:
     return [span for part in parts for span in part.turns]
 
 
-def _matched_turns(first: TrajectoryRow, parts: Sequence[TrajectoryRow]) -> bool:
+def matched_turns(first: TrajectoryRow, parts: Sequence[TrajectoryRow]) -> bool:
     """Whether every turn the rows record has its reward (an error between sampling and stepping
     leaves the last turn without one)."""
-    turns = [span.turn for span in _episode_turns(parts)]
+    turns = [span.turn for span in episode_turns(parts)]
     return turns == list(range(len(first.turn_rewards)))
 
 
@@ -252,10 +190,10 @@ def playing_turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMeth
     cannot be matched to its tokens is left out: it keeps its episode advantage.
     """
     groups: dict[tuple[str, int, int], list[tuple[str, list[float], float]]] = defaultdict(list)
-    for episode_id, parts in _rows_by_episode(rows).items():
+    for episode_id, parts in rows_by_episode(rows).items():
         first = parts[0]
-        if _matched_turns(first, parts):
-            groups[_group_key(first)].append((episode_id, discounted_returns(first.turn_rewards, 1.0), first.reward))
+        if matched_turns(first, parts):
+            groups[group_key(first)].append((episode_id, discounted_returns(first.turn_rewards, 1.0), first.reward))
     result: dict[str, list[float]] = {}
     for members in groups.values():
         values = playing_baseline_advantages([returns for _, returns, _ in members])
@@ -268,54 +206,28 @@ def playing_turn_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMeth
     return result
 
 
-def turn_credit_share(per_turn: dict[str, list[float]]) -> float:
-    """The share of turns with a turn-level advantage (:func:`turn_advantages`) other than 0.
-
-    How much of a step GiGPO reaches: a turn gets credit of its own only when
-    another turn of its group acted on the same observation and fared differently.
-    """
-    turns = [value for values in per_turn.values() for value in values]
-    return sum(abs(value) > 1e-9 for value in turns) / max(len(turns), 1)
-
-
 def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "grpo", *,
-                     filter_zero_variance: bool = False, filter_uniform_success: bool = False,
-                     turn_weight: float = 0.0,
-                     turn_discount: float = 0.95,
-                     per_turn: dict[str, list[float]] | None = None,
-                     baseline: Baseline = "episode") -> list[list[float] | None]:
+                     filter_zero_variance: bool = False, baseline: Baseline = "episode"
+                     ) -> list[list[float] | None]:
     """One advantage per completion token of each row (None: skip the row).
 
-    Every sampled token gets its episode's advantage (:func:`row_advantages`);
-    with ``turn_weight`` > 0, GiGPO's combination: plus ``turn_weight`` times its
-    turn's advantage (:func:`turn_advantages`). Env tokens get 0 (they carry no
-    loss). With ``filter_zero_variance`` (or ``filter_uniform_success``) a group
-    is skipped only when neither level has anything to teach: equal episode
-    rewards (or outcomes) and no turn advantage.
-    ``per_turn``: :func:`turn_advantages` of these rows, when the caller has it already.
-    ``baseline="turn"``: each turn's tokens get, instead of the episode's advantage, the turn's
-    against the episodes still playing (:func:`playing_turn_advantages`); the filters still
-    decide by the episodes' rewards.
+    Every sampled token gets its episode's advantage (:func:`row_advantages`); env tokens get 0
+    (they carry no loss). ``baseline="turn"``: each turn's tokens get, instead, the turn's
+    against the episodes still playing (:func:`playing_turn_advantages`); the filter still
+    decides by the episodes' rewards.
     """
-    episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance,
-                                   filter_uniform_success=filter_uniform_success)
-    if per_turn is None:
-        per_turn = turn_advantages(rows, method, turn_discount) if turn_weight > 0 else {}
+    episode_level = row_advantages(rows, method, filter_zero_variance=filter_zero_variance)
     playing = playing_turn_advantages(rows, method) if baseline == "turn" else {}
-    rescued: set[tuple[str, int, int]] = set()  # filtered groups with a turn-level signal
-    values: list[list[float]] = []
+    values: list[list[float] | None] = []
     for row, advantage in zip(rows, episode_level):
+        if advantage is None:
+            values.append(None)
+            continue
         tokens = [0.0] * len(row.completion_ids)
-        turns = per_turn.get(row.episode_id, [])
-        own = playing.get(row.episode_id) if advantage is not None else None
+        own = playing.get(row.episode_id)
         for span in row.turns:
-            turn = span.turn
-            extra = turn_weight * turns[turn] if turn < len(turns) else 0.0
-            if advantage is None and abs(extra) > 1e-9:
-                rescued.add(_group_key(row))
-            base = own[turn] if own is not None and turn < len(own) else (advantage or 0.0)
-            tokens[span.start:span.end] = [base + extra] * (span.end - span.start)
+            base = own[span.turn] if own is not None and span.turn < len(own) else advantage
+            tokens[span.start:span.end] = [base] * (span.end - span.start)
         values.append(tokens)
-    return [None if advantage is None and _group_key(row) not in rescued else tokens
-            for row, advantage, tokens in zip(rows, episode_level, values)]
+    return values
 

@@ -24,6 +24,7 @@ Shapes: ``S`` sequences, ``T`` completion tokens each (padded), ``V`` the vocabu
 from __future__ import annotations
 
 import torch
+
 from agentgym.trainers.losses.masked import masked_mean
 
 __all__ = ["forward_kl_full", "forward_kl_top_k", "reverse_kl_sampled", "sequence_baseline", "teacher_top_k"]
@@ -72,13 +73,15 @@ def sequence_baseline(estimate: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return masked_mean(estimate, mask, dim=-1).unsqueeze(-1)
 
 
-def reverse_kl_sampled(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor,
-                       mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def reverse_kl_sampled(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, mask: torch.Tensor,
+                       weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The token mean of the per-token reverse KL on the student's own samples, and the [S, T] estimates.
 
     ``student_logprobs``: [S, T] log p_s of the sampled tokens (differentiable); ``teacher_logprobs``:
     [S, T] the teacher's of the same tokens. The loss's value is the mean estimate; its gradient is
-    the score-function one (see the module's docstring).
+    the score-function one (see the module's docstring). ``weights``: [S, T] importance weights
+    p_s / p_sampling (detached) when the tokens were sampled from another distribution (an older
+    policy, another temperature); each token's estimate and gradient are weighted by them.
     """
     estimate = student_logprobs.detach() - teacher_logprobs.detach()
     # Each sequence's mean estimate as its baseline: E[b * grad log p_s] = 0, so the gradient stays
@@ -86,4 +89,6 @@ def reverse_kl_sampled(student_logprobs: torch.Tensor, teacher_logprobs: torch.T
     # the sequence shares. Per sequence, so micro-batching and ranks change nothing.
     centred = estimate - sequence_baseline(estimate, mask)
     per_token = estimate + centred * (student_logprobs - student_logprobs.detach())
+    if weights is not None:
+        per_token = per_token * weights.detach()
     return masked_mean(per_token, mask), estimate

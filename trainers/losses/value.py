@@ -1,7 +1,9 @@
 """PPO with a critic, the pure pieces: GAE, advantage whitening, the clipped value loss, explained variance.
 
-As verl computes them (``verl/trainer/ppo/core_algos.py``): GAE over an episode's steps with
-the step after the last one terminal (its value 0), the advantage whitened over the batch's
+As verl computes them (``verl/trainer/ppo/core_algos.py``): GAE over an episode's steps, the
+step after the last one terminal (value 0) when the episode ended and the value of the state it
+was cut in when it was truncated (a turn budget, the context limit: verl's response-length cut
+treats every end as terminal), the advantage whitened over the batch's
 steps, and the value loss the larger of the clipped and the unclipped squared error, halved.
 A step is a sampled token (token-level GAE) or a turn (turn-level); env and tool tokens are
 not steps.
@@ -13,22 +15,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
 from agentgym.trainers.losses.masked import masked_mean
 
 __all__ = ["ValueLoss", "explained_variance", "gae", "masked_whiten", "token_gae", "value_loss"]
 
 
-def gae(rewards: Sequence[float], values: Sequence[float], gamma: float, lam: float
+def gae(rewards: Sequence[float], values: Sequence[float], gamma: float, lam: float, last_value: float = 0.0
         ) -> tuple[list[float], list[float]]:
     """Generalised advantage estimation over one episode's steps: (advantages, returns).
 
-    ``delta_t = r_t + gamma * V_{t+1} - V_t`` with ``V`` past the last step 0 (the episode
-    ended), ``A_t = delta_t + gamma * lam * A_{t+1}`` and the value target ``R_t = A_t + V_t``.
+    ``delta_t = r_t + gamma * V_{t+1} - V_t``, ``A_t = delta_t + gamma * lam * A_{t+1}`` and the value
+    target ``R_t = A_t + V_t``. Past the last step ``V`` is ``last_value``: 0 when the episode ended
+    (terminal), the value of the state it was cut in when it was truncated (the return goes on there).
     """
     if len(rewards) != len(values):
         raise ValueError(f"{len(rewards)} rewards but {len(values)} values: one of each per step")
     advantages = [0.0] * len(rewards)
-    running, next_value = 0.0, 0.0
+    running, next_value = 0.0, last_value
     for t in range(len(rewards) - 1, -1, -1):
         delta = rewards[t] + gamma * next_value - values[t]
         running = delta + gamma * lam * running
@@ -87,16 +91,16 @@ def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.
     return float(1.0 - variance(returns - values) / spread)
 
 
-def token_gae(values: Sequence[float], mask: Sequence[int], reward: float, gamma: float, lam: float
-              ) -> tuple[list[float], list[float]]:
+def token_gae(values: Sequence[float], mask: Sequence[int], reward: float, gamma: float, lam: float,
+              last_value: float = 0.0) -> tuple[list[float], list[float]]:
     """Token-level GAE over an episode's completion tokens: the steps are the sampled ones (``mask`` 1),
     the episode's reward comes at the last of them; env and tool tokens (``mask`` 0) are skipped and get
-    advantage and return 0. (advantages, returns), one per token."""
+    advantage and return 0. ``last_value``: see :func:`gae`. (advantages, returns), one per token."""
     steps = [i for i, sampled in enumerate(mask) if sampled]
     rewards = [0.0] * len(steps)
     if steps:
         rewards[-1] = reward
-    advantages, returns = gae(rewards, [values[i] for i in steps], gamma, lam)
+    advantages, returns = gae(rewards, [values[i] for i in steps], gamma, lam, last_value)
     per_token_advantages, per_token_returns = [0.0] * len(mask), [0.0] * len(mask)
     for i, advantage, target in zip(steps, advantages, returns):
         per_token_advantages[i], per_token_returns[i] = advantage, target

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from agentgym.trainers.engines.distributed import Dist
+from trainer_helpers import learn, make_learner
 from agentgym.trainers.learners.grpo import GRPOLearner
-from agentgym.trainers.learners.base import build_learner
 from agentgym.trainers.settings import TrainConfig
 
 
@@ -47,10 +47,10 @@ def _one_step(backend: str, aggregation: str, rows: list[Any], tmp_path: Any) ->
         "optimizer": "sgd", "lr": 1.0, "max_grad_norm": 0.0, "lr_schedule": "constant", "micro_batch_size": 2,
         "aggregation": aggregation, "constant_sum_tokens": 64, "episodes_per_step": 8, "group_size": 1,
         "clip_low": 10.0, "clip_high": 10.0})
-    learner = build_learner(GRPOLearner, config, Dist())
+    learner = make_learner(GRPOLearner, config, Dist())
     model = learner.engine.policy()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    metrics = learner.train_step(rows)
+    metrics = learn(learner, rows)
     delta = torch.cat([(p.detach() - before[name]).flatten() for name, p in model.named_parameters()])
     return {"metrics": metrics, "delta": delta}
 
@@ -73,7 +73,7 @@ def test_fsdp_and_trl_take_the_same_step(make_row: Any, aggregation: str, tmp_pa
 @pytest.mark.slow
 def test_fsdp_and_trl_take_the_same_sft_step(make_row: Any, tmp_path: Any) -> None:
     """The trl engine's SFT loss is TRL SFTTrainer's own compute_loss; the native one computes it itself."""
-    from agentgym.trainers.learners.base import engine_class
+    from agentgym.trainers.registry import engine_class
     from agentgym.trainers.learners.sft import sft_update
 
     rows = [make_row("<answer>Dragon</answer>", index=i) for i in range(3)] + [make_row("<answer>Phoenix</answer>")]
@@ -96,9 +96,8 @@ def test_fsdp_and_trl_take_the_same_sft_step(make_row: Any, tmp_path: Any) -> No
 @pytest.fixture(scope="module")
 def teacher_folder(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A slightly trained copy of the tiny model: a teacher both backends load."""
-    from transformers import AutoTokenizer
-
     from trainer_helpers import load_model, train_a_little
+    from transformers import AutoTokenizer
 
     folder = tmp_path_factory.mktemp("teacher")
     train_a_little(load_model(tiny_model), steps=3, lr=0.02).save_pretrained(folder)
@@ -123,10 +122,10 @@ def test_fsdp_and_trl_take_the_same_distillation_step(make_row: Any, teacher_fol
             **source, **extra, "trainer": "distill", "backend": backend, "out": str(tmp_path / backend),
             "teacher": teacher_folder, "optimizer": "sgd", "lr": 1.0, "max_grad_norm": 0.0,
             "lr_schedule": "constant", "micro_batch_size": 3})
-        learner = build_learner(DistillLearner, config, Dist())
+        learner = make_learner(DistillLearner, config, Dist())
         model = learner.engine.policy()
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        metrics = learner.train_step(rows)
+        metrics = learn(learner, rows)
         delta = torch.cat([(p.detach() - before[name]).flatten() for name, p in model.named_parameters()])
         results[backend] = (metrics, delta)
     (native, native_delta), (trl, trl_delta) = results["fsdp"], results["trl"]
@@ -153,10 +152,10 @@ def test_fsdp_and_trl_take_the_same_ppo_step(make_row: Any, tmp_path: Any, value
             "optimizer": "sgd", "lr": 1.0, "critic_lr": 1.0, "max_grad_norm": 0.0, "lr_schedule": "constant",
             "micro_batch_size": 3, "value_model": value_model, "gae_level": gae_level, "gae_lambda": 0.9,
             "gamma": 0.99, "clip_low": 10.0, "clip_high": 10.0})
-        learner = build_learner(PPOLearner, config, Dist())
+        learner = make_learner(PPOLearner, config, Dist())
         modules = {"policy": learner.engine.policy(), "critic": learner.engine.critic}
         before = {key: {n: p.detach().clone() for n, p in m.named_parameters()} for key, m in modules.items()}
-        metrics = learner.train_step(rows)
+        metrics = learn(learner, rows)
         deltas = {key: torch.cat([(p.detach() - before[key][n]).flatten() for n, p in m.named_parameters()])
                   for key, m in modules.items()}
         results[backend] = (metrics, deltas)

@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import math
+
 import pytest
 import torch
+from trainer_helpers import with_turn_rewards
 
 from agentgym.rollout.rows import TrajectoryRow, derive_turns, observation_hash
-from agentgym.trainers.losses.advantages import discounted_returns
-from agentgym.trainers.engines.batch import TrainSequence, collate, packed_attention_mask, plan_micro_batches, to_sequences
-from agentgym.trainers.losses.advantages import playing_turn_advantages, row_advantages, token_advantages, turn_advantages, turn_credit_share
-from trainer_helpers import with_turn_rewards
+from agentgym.trainers.engines.batch import (
+    TrainSequence,
+    collate,
+    packed_attention_mask,
+    plan_micro_batches,
+    to_sequences,
+)
+from agentgym.trainers.losses.advantages import (
+    discounted_returns,
+    playing_turn_advantages,
+    row_advantages,
+    token_advantages,
+)
+from agentgym.trainers.research.options import research_advantages, turn_advantages, turn_credit_share
+from agentgym.trainers.research.settings import ExperimentalSettings
+
+
+def with_research(rows, method="grpo", *, filter_zero_variance=False, filter_uniform_success=False,
+                  turn_weight=0.0, turn_discount=0.95):
+    """GRPO's per-token advantages with the experimental options, as the GRPO learner computes them."""
+    base = token_advantages(rows, method, filter_zero_variance=filter_zero_variance)
+    settings = ExperimentalSettings(filter_uniform_success=filter_uniform_success,
+                                    turn_advantage_weight=turn_weight, turn_discount=turn_discount)
+    return research_advantages(rows, base, settings, method)[0]
 
 
 def test_advantages_are_relative_to_the_group(make_row) -> None:
@@ -40,9 +62,9 @@ def test_groups_that_all_won_or_all_lost_are_skipped_when_asked(make_row) -> Non
             make_row(reward=1.0, group=2, index=0), make_row(reward=0.0, group=2, index=1)]
     assert [row.success for row in rows] == [True, True, False, False, True, False]
     assert None not in row_advantages(rows, "dr_grpo", filter_zero_variance=True)
-    outcome = row_advantages(rows, "dr_grpo", filter_uniform_success=True)
-    assert outcome[:4] == [None] * 4 and outcome[4:] == pytest.approx([0.5, -0.5])
-    tokens = token_advantages(rows, "dr_grpo", filter_zero_variance=True, filter_uniform_success=True)
+    outcome = with_research(rows, "dr_grpo", filter_uniform_success=True)
+    assert outcome[:4] == [None] * 4 and [set(tokens) - {0.0} for tokens in outcome[4:]] == [{0.5}, {-0.5}]
+    tokens = with_research(rows, "dr_grpo", filter_zero_variance=True, filter_uniform_success=True)
     assert tokens[:4] == [None] * 4 and all(value in (0.0, 0.5) for value in tokens[4])
 
 
@@ -167,7 +189,7 @@ def test_the_credit_share_counts_the_turns_that_had_a_state_to_share(stall_rows)
 def test_gigpo_tokens_add_their_turns_advantage_to_the_episodes(stall_rows) -> None:
     episode = row_advantages(stall_rows, "grpo")
     turns = turn_advantages(stall_rows, "grpo", discount=0.95)
-    combined = token_advantages(stall_rows, "grpo", turn_weight=0.5, turn_discount=0.95)
+    combined = with_research(stall_rows, "grpo", turn_weight=0.5, turn_discount=0.95)
     for row, advantage, tokens in zip(stall_rows, episode, combined):
         assert tokens is not None and len(tokens) == len(row.completion_ids)
         for turn, values in enumerate(_sampled(row, tokens)):
@@ -190,8 +212,8 @@ def test_an_episode_split_into_rows_keeps_its_turns_in_order(stall_rows) -> None
         "logprobs": late.logprobs[cut:],
         "turns": [t.model_copy(update={"start": t.start - cut, "end": t.end - cut}) for t in late.turns[2:]]})
     assert [t.turn for t in tail.turns] == list(range(2, late.num_turns))
-    whole = token_advantages(stall_rows, "grpo", turn_weight=1.0)[1]
-    split = token_advantages([stall_rows[0], head, tail, stall_rows[2]], "grpo", turn_weight=1.0)
+    whole = with_research(stall_rows, "grpo", turn_weight=1.0)[1]
+    split = with_research([stall_rows[0], head, tail, stall_rows[2]], "grpo", turn_weight=1.0)
     assert split[1] + split[2] == whole
 
 
@@ -200,18 +222,18 @@ def test_an_episode_whose_turns_do_not_match_its_tokens_gets_its_episode_advanta
     rows = [stall_rows[0], broken, stall_rows[2]]
     assert turn_advantages(rows)[broken.episode_id] == [0.0] * (broken.num_turns - 1)
     episode = row_advantages(rows, "grpo")[1]
-    tokens = token_advantages(rows, "grpo", turn_weight=1.0)[1]
+    tokens = with_research(rows, "grpo", turn_weight=1.0)[1]
     assert {value for value, sampled in zip(tokens, broken.completion_mask) if sampled} == {episode}
 
 
 def test_groups_with_nothing_to_teach_are_skipped_at_both_levels(stall_rollout) -> None:
     same = stall_rollout([0, 0], seed=12)  # two identical solver episodes
     assert token_advantages(same, filter_zero_variance=True) == [None, None]
-    assert token_advantages(same, filter_zero_variance=True, turn_weight=1.0) == [None, None]
+    assert with_research(same, filter_zero_variance=True, turn_weight=1.0) == [None, None]
     # Equal episode rewards, but one episode reached the reward sooner: the turn level still teaches.
     sooner = [with_turn_rewards(same[0], [1.0, 0.0]), with_turn_rewards(same[1], [0.0, 1.0])]
     assert token_advantages(sooner, filter_zero_variance=True) == [None, None]
-    kept = token_advantages(sooner, "dr_grpo", filter_zero_variance=True, turn_weight=1.0, turn_discount=0.5)
+    kept = with_research(sooner, "dr_grpo", filter_zero_variance=True, turn_weight=1.0, turn_discount=0.5)
     assert kept[0] is not None and kept[1] is not None
     first_turn = [_sampled(row, tokens)[0][0] for row, tokens in zip(sooner, kept)]
     assert first_turn == pytest.approx([0.25, -0.25])  # returns 1 and 0.5 against their mean
@@ -262,8 +284,12 @@ def test_packing_fills_bins_without_overflow() -> None:
     assert sorted(i for b in bins for i in b) == list(range(len(lengths)))
     for b in bins:
         assert sum(lengths[i] for i in b) <= 10 or len(b) == 1  # only an oversized one stands alone
-    padded = plan_micro_batches(lengths, pack=False, micro_batch_tokens=10, micro_batch_size=3)
+    padded = plan_micro_batches(lengths, pack=False, micro_batch_tokens=99, micro_batch_size=3)
     assert [len(b) for b in padded] == [3, 3, 1]
+    # Padded to its longest: 12 alone (2 x 12 > 20), then 9 and 7 (18 tokens), 5, 5 and 3 (15; a
+    # fourth would pass micro_batch_size), then 2.
+    budget = plan_micro_batches(lengths, pack=False, micro_batch_tokens=20, micro_batch_size=3)
+    assert [[lengths[i] for i in b] for b in budget] == [[12], [9, 7], [5, 5, 3], [2]]
 
 
 def test_packed_mask_keeps_sequences_apart() -> None:
@@ -304,7 +330,7 @@ def test_packed_and_padded_logprobs_match_each_sequence_alone(tiny_model: str, p
             n = sequence.completion_length
             torch.testing.assert_close(logprobs[s, :n], _reference_logprobs(model, sequence), atol=1e-5, rtol=0)
     assert entropy is not None and bool((entropy[batch.loss_mask > 0] > 0).all())
-    # The LM head ran only where a completion token is predicted.
-    assert batch.keep.numel() == (sum(s.completion_length for s in sequences) if pack
-                                  else len({s.prompt_length + j - 1 for s in sequences
-                                            for j in range(s.completion_length)}))
+    # The LM head ran only where a sampled token is predicted, and at each sequence's last token. Padded
+    # rows are padded on the left, so their completions line up: the longest completion's positions.
+    longest = max(s.completion_length for s in sequences)
+    assert batch.keep.numel() == (sum(s.completion_length + 1 for s in sequences) if pack else longest + 1)

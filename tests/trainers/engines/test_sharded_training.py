@@ -3,7 +3,10 @@
 Both runs train offline on the same Parquet rows, through the real command
 line (``python -m agentgym`` and real ``torchrun``); the final weights and
 every step's metrics must agree to float32 round-off (the ranks sum their
-gradients in another order than one process does).
+gradients in another order than one process does). Beside plain GRPO: GRPO with a KL
+to a reference (loaded from the run's reference folder on every rank, sharded) and
+LoRA, PPO with a value head and with a separate critic (whose sharded body and
+replicated head are clipped together), and DPO.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ def rollout_file(write_groups, tmp_path: Path) -> Path:
     return write_groups(tmp_path / "rows.parquet", [answers] * 4, logprob=-1.0)
 
 
-def _train(command: list[str], out: Path, rollout_file: Path) -> None:
+def _train(command: list[str], out: Path, rollout_file: Path, extra: tuple[str, ...] = ()) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    full = [*command, "train", "--backend", "fsdp", "--trajectories", str(rollout_file), "--out", str(out), *_FLAGS]
+    full = [*command, "train", "--backend", "fsdp", "--trajectories", str(rollout_file), "--out", str(out), *_FLAGS,
+            *extra]
     done = subprocess.run(full, env=env, capture_output=True, text=True, timeout=400, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -71,3 +75,40 @@ def test_two_gloo_ranks_match_one_process(rollout_file: Path, tmp_path: Path, ti
     for name, value in sharded.items():
         torch.testing.assert_close(value, single[name], atol=1e-5, rtol=1e-4, msg=name)
 
+
+
+# Each beside GRPO's flags above; compared on the metrics every trainer logs and on the final weights.
+_OTHERS = {
+    "grpo-kl-lora": ("-s", "kl_coef=0.05", "--lora", "-s", "epochs=1"),
+    "ppo-head": ("--trainer", "ppo", "-s", "epochs=1"),
+    "ppo-critic": ("--trainer", "ppo", "-s", "value_model=critic", "-s", "epochs=1"),
+    "dpo": ("--trainer", "dpo", "-s", "epochs=1"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", sorted(_OTHERS))
+def test_two_gloo_ranks_match_one_process_for_every_trainer(name: str, rollout_file: Path, tmp_path: Path) -> None:
+    extra = _OTHERS[name]
+    _train([sys.executable, "-m", "agentgym"], tmp_path / "one", rollout_file, extra)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "agentgym"]
+    _train(torchrun, tmp_path / "two", rollout_file, extra)
+    one, two = read_jsonl(tmp_path / "one" / "metrics.jsonl"), read_jsonl(tmp_path / "two" / "metrics.jsonl")
+    assert [r["step"] for r in two] == [r["step"] for r in one] == [0, 1]
+    compared = [key for key in ("loss", "policy_loss", "value_loss", "kl", "grad_norm", "critic_grad_norm",
+                                "reward_margin", "updates") if key in one[0]]
+    assert "grad_norm" in compared and one[0]["updates"] > 0
+    for got, want in zip(two, one):
+        for key in compared:
+            assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), (name, got["step"], key)
+    single, sharded = _weights(tmp_path / "one" / "final"), _weights(tmp_path / "two" / "final")
+    assert set(sharded) == set(single)
+    for weight, value in sharded.items():
+        torch.testing.assert_close(value, single[weight], atol=1e-5, rtol=1e-4, msg=f"{name}: {weight}")
+    if name.startswith("ppo"):
+        critics = [torch.load(tmp_path / run / "final" / "critic.pt", weights_only=True)["state_dict"]
+                   for run in ("one", "two")]
+        for weight, value in critics[1].items():
+            torch.testing.assert_close(value, critics[0][weight], atol=1e-5, rtol=1e-4, msg=f"{name}: {weight}")

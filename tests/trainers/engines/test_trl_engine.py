@@ -12,12 +12,15 @@ from typer.testing import CliRunner
 
 from agentgym.cli import app
 from agentgym.errors import ConfigError
-from agentgym.trainers.losses.advantages import token_advantages
 from agentgym.trainers.engines.distributed import Dist
+from agentgym.trainers.registry import engine_class
+from trainer_helpers import learn, make_learner
 from agentgym.trainers.learners.grpo import GRPOLearner
-from agentgym.trainers.learners.base import build_learner, engine_class
 from agentgym.trainers.loop.metrics import read_jsonl
 from agentgym.trainers.loop.run import train
+from agentgym.trainers.losses.advantages import token_advantages
+from agentgym.trainers.research.options import research_advantages
+from agentgym.trainers.research.settings import ExperimentalSettings
 from agentgym.trainers.settings import TrainConfig
 
 BANDIT = "Bandit-LLM-v0"
@@ -44,7 +47,7 @@ def _config(rollout_file: Path, out: Path, **changes: object) -> TrainConfig:
 
 def _learner(**changes: object) -> GRPOLearner:
     values: dict[str, object] = {"env_id": BANDIT, "backend": "trl", "group_size": 4, "episodes_per_step": 8}
-    learner = build_learner(GRPOLearner, TrainConfig.from_dict({**values, **changes}), Dist())
+    learner = make_learner(GRPOLearner, TrainConfig.from_dict({**values, **changes}), Dist())
     assert isinstance(learner, GRPOLearner)
     return learner
 
@@ -110,7 +113,7 @@ def test_the_trl_backend_refuses_torchrun(rollout_file: Path, tmp_path: Path, mo
     message = "The trl backend runs in one process; under torchrun use --backend fsdp"
     config = _config(rollout_file, tmp_path / "run")
     with pytest.raises(ConfigError, match=message):
-        build_learner(GRPOLearner, config, Dist(rank=0, world_size=2))  # a rank of a torchrun group
+        make_learner(GRPOLearner, config, Dist(rank=0, world_size=2))  # a rank of a torchrun group
     monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun's environment, before any group is joined
     with pytest.raises(ConfigError, match=message):
         engine_class("trl")(config, Dist())
@@ -121,7 +124,7 @@ def test_the_trl_model_comes_with_its_frozen_parameters_frozen(make_row) -> None
     before = {n: p.detach().clone() for n, p in learner.engine.model.named_parameters()}
     frozen = {n for n, p in learner.engine.model.named_parameters() if not p.requires_grad}
     assert frozen and all(n.startswith(("model.embed_tokens.", "model.layers.0.")) for n in frozen)
-    assert learner.train_step(_rows(make_row))["train_sequences"] == 8
+    assert learn(learner, _rows(make_row))["train_sequences"] == 8
     after = dict(learner.engine.model.named_parameters())
     assert all(torch.equal(before[n], after[n]) for n in frozen)
     assert not torch.equal(before["model.layers.1.self_attn.v_proj.weight"],
@@ -141,7 +144,7 @@ def test_the_optimiser_is_the_one_the_settings_name_and_trl_holds_it() -> None:
 
 def test_mini_batches_and_epochs_are_optimiser_steps(make_row) -> None:
     learner = _learner(mini_batches=2, epochs=3)
-    metrics = learner.train_step(_rows(make_row))
+    metrics = learn(learner, _rows(make_row))
     assert learner.engine.optimizer_steps == 6 and learner.version == 1
     assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-7)  # later updates compare with the step's start
 
@@ -151,10 +154,12 @@ def test_mini_batches_and_epochs_are_optimiser_steps(make_row) -> None:
 def test_turn_level_advantages_train_on_the_trl_engine(stall_rows, turn_weight: float, baseline: str) -> None:
     learner = _learner(env_id="Sokoban-LLM-v0", group_size=3, episodes_per_step=3, micro_batch_size=3,
                        advantage="dr_grpo", turn_advantage_weight=turn_weight, baseline=baseline)
-    advantages = learner.compute_advantages(stall_rows)
-    assert advantages == token_advantages(stall_rows, "dr_grpo", turn_weight=turn_weight, baseline=baseline)
+    advantages, _ = learner.compute_advantages(stall_rows)
+    plain = token_advantages(stall_rows, "dr_grpo", baseline=baseline)
+    settings = ExperimentalSettings(turn_advantage_weight=turn_weight)
+    assert advantages == research_advantages(stall_rows, plain, settings, "dr_grpo")[0]
     assert advantages != token_advantages(stall_rows, "dr_grpo")  # not the plain episode advantage
-    metrics = learner.train_step(stall_rows)
+    metrics = learn(learner, stall_rows)
     assert metrics["train_sequences"] == 3 and math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
 
 
@@ -193,15 +198,16 @@ def test_online_trl_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: P
 @pytest.mark.parametrize("backend", ["fsdp", "trl"])
 def test_the_reference_kept_in_memory_does_not_follow_the_policy(backend: str, tmp_path) -> None:
     """A deep copy of accelerate's prepared model kept calling the original's forward (its
-    instance-level wrapper): the KL and DPO's reference were then the live policy."""
+    instance-level wrapper): the KL and DPO's reference were then the live policy. The reference is
+    now loaded from a folder, never copied in memory."""
     from agentgym.trainers.engines.distributed import Dist
-    from agentgym.trainers.learners.base import engine_class
+    from agentgym.trainers.registry import engine_class
     from agentgym.trainers.settings import TrainConfig
 
     config = TrainConfig.from_dict({"trajectories": "unused.parquet", "backend": backend, "model": "tiny",
                                     "out": str(tmp_path)})
     engine = engine_class(backend)(config, Dist())
-    engine.keep_reference()
+    engine.keep_reference(engine.model_path)
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         before = engine.reference(ids).logits.clone()

@@ -14,12 +14,17 @@ from typing import Any
 
 import pytest
 import torch
+from trainer_helpers import API_KEY, load_model, train_a_little, learn
 
 from agentgym.errors import ConfigError
-from agentgym.trainers.losses.distillation import forward_kl_full, forward_kl_top_k, reverse_kl_sampled, teacher_top_k
 from agentgym.trainers.loop.run import train
+from agentgym.trainers.losses.distillation import (
+    forward_kl_full,
+    forward_kl_top_k,
+    reverse_kl_sampled,
+    teacher_top_k,
+)
 from agentgym.trainers.settings import TrainConfig
-from trainer_helpers import API_KEY, load_model, train_a_little
 
 # -- the KLs, by hand --------------------------------------------------------------------------
 
@@ -85,11 +90,11 @@ def test_reverse_kl_on_sampled_tokens_has_the_score_function_gradient() -> None:
 def test_micro_batching_changes_no_distillation_step(make_row: Any, tiny_model: str, tmp_path: Path) -> None:
     """The loss is normalised over the whole mini-batch and the baseline is per sequence: one pass or four,
     the same update."""
-    from agentgym.trainers.learners.distill import DistillLearner
-    from agentgym.trainers.engines.distributed import Dist
-    from agentgym.trainers.learners.base import build_learner
-
     from transformers import AutoTokenizer
+
+    from agentgym.trainers.engines.distributed import Dist
+    from trainer_helpers import make_learner
+    from agentgym.trainers.learners.distill import DistillLearner
 
     teacher = tmp_path / "teacher"
     train_a_little(load_model(tiny_model), steps=3, lr=0.02).save_pretrained(teacher)
@@ -100,10 +105,10 @@ def test_micro_batching_changes_no_distillation_step(make_row: Any, tiny_model: 
     for size in (1, 4):
         config = _config(tmp_path / str(size), env_id="Bandit-LLM-v0", teacher=str(teacher), backend="fsdp",
                          optimizer="sgd", lr=1.0, max_grad_norm=0.0, micro_batch_size=size)
-        learner = build_learner(DistillLearner, config, Dist())
+        learner = make_learner(DistillLearner, config, Dist())
         model = learner.engine.policy()
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
-        learner.train_step(rows)
+        learn(learner, rows)
         deltas.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()]))
     assert deltas[0].abs().max() > 0
     assert torch.allclose(deltas[0], deltas[1], rtol=1e-4, atol=1e-7)
@@ -177,6 +182,52 @@ def test_no_teacher_and_unread_settings_are_errors(tmp_path: Path, bandit_rows: 
         train(_config(tmp_path, trajectories=str(bandit_rows), teacher="tiny", temperature=0.5))
     with pytest.raises(ConfigError, match="distill.teacher_top_k is set, but an on-policy"):
         train(_config(tmp_path, env_id="Bandit-LLM-v0", teacher="tiny", teacher_top_k=5))
+
+
+def test_distillation_takes_grpos_checks_of_the_loss(tmp_path: Path) -> None:
+    """distill_loss=advantage runs GRPO's importance-corrected loss: with top_p below 1 the server's
+    logprobs are over the nucleus, so the correction is refused as it is for GRPO (it ran before);
+    settings of the loss that a distillation does not read are named."""
+    from agentgym.trainers.registry import check_settings
+
+    with pytest.raises(ConfigError, match="rollout.top_p is 0.9: the server's logprobs are then renormalised"):
+        check_settings(_config(tmp_path, env_id="Bandit-LLM-v0", teacher="tiny", distill_loss="advantage", top_p=0.9))
+    check_settings(_config(tmp_path, env_id="Bandit-LLM-v0", teacher="tiny", distill_loss="advantage", top_p=0.9,
+                           correction="none"))
+    with pytest.raises(ConfigError, match="loss.clip_high is set, but trainer 'distill'"):
+        check_settings(_config(tmp_path, env_id="Bandit-LLM-v0", teacher="tiny", clip_high=0.3))  # reverse_kl
+    with pytest.raises(ConfigError, match="loss.kl_coef is set, but trainer 'distill'"):
+        check_settings(_config(tmp_path, env_id="Bandit-LLM-v0", teacher="tiny", kl_coef=0.1))
+
+
+def test_reverse_kl_weights_each_token_by_its_importance() -> None:
+    """Tokens sampled by another distribution (an older policy, another temperature): estimate and
+    gradient both times w = p_s / p_sampling. One sequence, estimates [ln 2, 0], weights [2, 0.5]:
+    value (2 ln 2 + 0) / 2 = ln 2; gradient w x (estimate - mean) / 2 = [2 x ln2/2, 0.5 x -ln2/2] / 2."""
+    student = _log([0.5, 0.25]).float().unsqueeze(0).requires_grad_()
+    teacher = _log([0.25, 0.25]).float().unsqueeze(0)
+    loss, _ = reverse_kl_sampled(student, teacher, torch.ones(1, 2), weights=torch.tensor([[2.0, 0.5]]))
+    assert loss.item() == pytest.approx(math.log(2), abs=1e-6)
+    loss.backward()
+    assert student.grad[0].tolist() == pytest.approx([math.log(2) / 2, -math.log(2) / 8], abs=1e-6)
+
+
+def test_the_reverse_kl_compares_the_two_models_own_distributions(make_row: Any, tiny_model: str,
+                                                                  tmp_path: Path) -> None:
+    """A student distilled from itself is at KL 0, whatever the rollout's temperature: both sides at
+    temperature 1. Before, the student's logprobs were divided by the rollout's temperature (0.5) and
+    the teacher's were not, so the same model was reported far from itself."""
+    from trainer_helpers import learn, make_learner
+
+    from agentgym.trainers.learners.distill import DistillLearner
+
+    config = _config(tmp_path, env_id="Bandit-LLM-v0", model=tiny_model, teacher=tiny_model, temperature=0.5,
+                     correction="none", lr=0.0)
+    learner = make_learner(DistillLearner, config)
+    rows = [make_row(answer, index=i, logprob=-1.0) for i, answer in
+            enumerate(["<answer>Dragon</answer>", "<answer>Phoenix</answer>", "nope"])]
+    metrics = learn(learner, rows)
+    assert metrics["reverse_kl"] == pytest.approx(0.0, abs=1e-6)
 
 
 # -- runs that learn ---------------------------------------------------------------------------

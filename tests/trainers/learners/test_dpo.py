@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trainers.losses.preference import dpo_loss
-from agentgym.trainers.learners.dpo import DPOLearner, Pair, pair_file_rows, preference_pairs
 from agentgym.trainers.engines.distributed import Dist
-from agentgym.trainers.learners.base import build_learner
+from trainer_helpers import learn, make_learner
+from agentgym.trainers.learners.dpo import DPOLearner, Pair, pair_file_rows, preference_pairs
+from agentgym.trainers.losses.preference import dpo_loss
 from agentgym.trainers.settings import TrainConfig
 
 # -- the loss --------------------------------------------------------------------------------------
@@ -82,8 +82,8 @@ def _learner(backend: str, tmp_path: Path, **settings: Any) -> DPOLearner:
     config = TrainConfig.from_dict({"trajectories": "unused.parquet", "trainer": "dpo", "backend": backend,
                                     "out": str(tmp_path / backend), "model": "tiny", "micro_batch_size": 1,
                                     **settings})
-    learner = build_learner(DPOLearner, config, Dist())
-    learner.engine.keep_reference()
+    learner = make_learner(DPOLearner, config, Dist())
+    learner.engine.keep_reference(learner.engine.model_path)
     return learner
 
 
@@ -101,20 +101,32 @@ def test_steps_raise_the_chosen_over_the_rejected(make_row: Any, tmp_path: Path)
     rejected = make_row("<answer>Phoenix</answer>", reward=0.0, index=1)
     learner = _learner("fsdp", tmp_path, lr=1e-3)
     start = _sequence_logprob(learner, chosen) - _sequence_logprob(learner, rejected)
-    first = learner.train_step([chosen, rejected])
+    first = learn(learner, [chosen, rejected])
     assert first["loss"] == pytest.approx(math.log(2), abs=1e-5)  # policy == reference: h = 0
     assert first["reward_margin"] == pytest.approx(0.0, abs=1e-6) and first["pairs"] == 1
     for _ in range(3):
-        last = learner.train_step([chosen, rejected])
+        last = learn(learner, [chosen, rejected])
     assert _sequence_logprob(learner, chosen) - _sequence_logprob(learner, rejected) > start + 1.0
     assert last["reward_margin"] > 0 and last["reward_accuracy"] == 1.0 and last["loss"] < math.log(2)
 
 
-def test_a_step_with_no_pair_takes_no_gradient(make_row: Any, tmp_path: Path) -> None:
+def test_a_step_with_no_pair_takes_no_update_and_says_why(make_row: Any, tmp_path: Path) -> None:
     learner = _learner("fsdp", tmp_path)
-    metrics = learner.train_step(_group(make_row, [0.5, 0.5], 0))
-    assert metrics["pairs"] == 0 and metrics["unpaired_groups"] == 1 and metrics["grad_norm"] == 0.0
-    assert "loss" not in metrics
+    metrics = learn(learner, _group(make_row, [0.5, 0.5], 0))
+    assert metrics["pairs"] == 0 and metrics["unpaired_groups"] == 1 and metrics["updates"] == 0.0
+    assert "loss" not in metrics and learner.engine.optimizer_steps == 0 and learner.version == 0
+    assert learner.idle_reason(metrics) == ("no pair: in each of the 1 groups the rewards were within pair_margin (0) "
+                                            "of each other")
+
+
+def test_mini_batches_and_epochs_are_dpo_updates(make_row: Any, tmp_path: Path) -> None:
+    """Four pairs, mini_batches 2, epochs 2: four updates of two pairs (one a step before, whatever the
+    settings said); each pair measured once, before its first update."""
+    rows = [row for group in range(4) for row in _group(make_row, [1.0, 0.0], group)]
+    learner = _learner("fsdp", tmp_path, lr=1e-3, mini_batches=2, epochs=2, episodes_per_step=8, group_size=2)
+    metrics = learn(learner, rows)
+    assert metrics["updates"] == 4.0 and learner.engine.optimizer_steps == 4 and metrics["pairs"] == 4
+    assert metrics["loss"] == pytest.approx(math.log(2), abs=1e-5)  # measured before each pair's update
 
 
 @pytest.mark.slow
@@ -140,7 +152,7 @@ def test_fsdp_and_trl_take_the_same_dpo_step(make_row: Any, tmp_path: Path, kind
         model = learner.engine.policy()
         before = {name: p.detach().clone() for name, p in model.named_parameters()}
         with mock.patch.object(DPOTrainer, "compute_loss", autospec=True, side_effect=DPOTrainer.compute_loss) as trl:
-            metrics[backend] = learner.train_step(rows)
+            metrics[backend] = learn(learner, rows)
         assert trl.call_count == (4 if backend == "trl" else 0)  # one call a one-row pair (micro-batches of 1)
         deltas[backend] = torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()])
     assert metrics["fsdp"]["pairs"] == metrics["trl"]["pairs"] == 5

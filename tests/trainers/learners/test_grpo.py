@@ -8,17 +8,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_helpers import with_turn_rewards, learn
 
-from agentgym.trainers.engines.batch import collate, to_sequences
-from agentgym.trainers.losses.advantages import playing_turn_advantages, row_advantages, token_advantages
-from agentgym.trainers.loop.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from agentgym.trainers.engines.base import lr_factor
+from agentgym.trainers.engines.batch import collate, to_sequences
 from agentgym.trainers.engines.distributed import Dist
+from trainer_helpers import make_learner
 from agentgym.trainers.learners.grpo import GRPOLearner
-from agentgym.trainers.learners.base import build_learner
-from agentgym.trainers.settings import TrainConfig
 from agentgym.trainers.learners.sft import sft_update
-from trainer_helpers import with_turn_rewards
+from agentgym.trainers.loop.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from agentgym.trainers.losses.advantages import (
+    playing_turn_advantages,
+    row_advantages,
+    token_advantages,
+)
+from agentgym.trainers.settings import TrainConfig
 
 BASE = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "backend": "fsdp", "group_size": 4, "episodes_per_step": 8,
                               "lr": 1e-3, "seed": 0, "lr_schedule": "constant", "pack_sequences": False,
@@ -26,7 +35,7 @@ BASE = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "backend": "fsdp", "gro
 
 
 def _trainer(**changes: object) -> GRPOLearner:
-    learner = build_learner(GRPOLearner, BASE.updated(changes), Dist())
+    learner = make_learner(GRPOLearner, BASE.updated(changes), Dist())
     assert isinstance(learner, GRPOLearner)
     return learner
 
@@ -67,7 +76,7 @@ def test_a_step_makes_the_better_answer_likelier(make_row) -> None:
     trainer = _trainer()
     before = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     for _ in range(3):
-        metrics = trainer.train_step(_rows(make_row))
+        metrics = learn(trainer, _rows(make_row))
     after = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     assert after > before + 1.0
     assert trainer.version == 3 and trainer.engine.optimizer_steps == 3
@@ -96,13 +105,13 @@ def test_the_turn_level_teaches_where_the_episode_level_has_nothing(stall_rows) 
 
     flat = _trainer(advantage="dr_grpo")
     before = _params(flat)
-    assert flat.train_step(rows)["train_sequences"] == 0
+    assert learn(flat, rows)["train_sequences"] == 0
     assert all(torch.equal(before[name], value) for name, value in _params(flat).items())
 
     gigpo = _trainer(advantage="dr_grpo", turn_advantage_weight=1.0, turn_discount=0.5)
     start = preference(gigpo)
     for _ in range(3):
-        metrics = gigpo.train_step(rows)
+        metrics = learn(gigpo, rows)
     assert metrics["train_sequences"] == 2 and metrics["turn_credit_share"] > 0
     assert preference(gigpo) > start + 1.0
 
@@ -111,8 +120,8 @@ def test_the_trainer_takes_its_baseline_from_the_config(stall_rows) -> None:
     """The solver's and a late winner's episodes against one that stalled to the turn limit: its
     last turn, which no winner reached, carries the failed episode's advantage with
     ``baseline=episode``, and with ``baseline=turn`` its return against the last winner's."""
-    episode = _trainer(advantage="dr_grpo").compute_advantages(stall_rows)
-    turn = _trainer(advantage="dr_grpo", baseline="turn").compute_advantages(stall_rows)
+    episode, _ = _trainer(advantage="dr_grpo").compute_advantages(stall_rows)
+    turn, _ = _trainer(advantage="dr_grpo", baseline="turn").compute_advantages(stall_rows)
     assert turn == token_advantages(stall_rows, "dr_grpo", baseline="turn") and turn != episode
     stuck = stall_rows[2]
     late_turn = stuck.turns[-1].start
@@ -126,17 +135,17 @@ def test_top_entropy_quantile_trains_on_the_uncertain_tokens_only(make_row) -> N
     trainer = _trainer(top_entropy_quantile=0.2)
     before = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     for _ in range(3):
-        metrics = trainer.train_step(_rows(make_row))
+        metrics = learn(trainer, _rows(make_row))
     after = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     assert 0.15 <= metrics["policy_token_share"] <= 0.35
     assert after > before
-    assert "policy_token_share" not in _trainer().train_step(_rows(make_row))  # every token: a constant, not logged
+    assert "policy_token_share" not in learn(_trainer(), _rows(make_row))  # every token: a constant, not logged
 
 
 def test_frozen_parameters_stay_as_they_were(make_row) -> None:
     trainer = _trainer(frozen_parameters=["model.embed_tokens.*", "model.layers.0.*"])
     before = _params(trainer)
-    trainer.train_step(_rows(make_row))
+    learn(trainer, _rows(make_row))
     after = _params(trainer)
     frozen = [n for n in before if n.startswith(("model.embed_tokens.", "model.layers.0."))]
     assert frozen and all(torch.equal(before[n], after[n]) for n in frozen)
@@ -150,7 +159,7 @@ def test_sgd_steps_along_the_clipped_gradient_and_learns(make_row) -> None:
     assert isinstance(trainer.engine.optimizer, torch.optim.SGD)
     before = _params(trainer)
     stepped = _stepped_gradients(trainer)
-    trainer.train_step(_rows(make_row))
+    learn(trainer, _rows(make_row))
     after = _params(trainer)
     (grads,) = stepped  # as clipped and stepped
     assert grads.keys() == after.keys()
@@ -160,7 +169,7 @@ def test_sgd_steps_along_the_clipped_gradient_and_learns(make_row) -> None:
 
     gap = _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense")
     for _ in range(3):
-        trainer.train_step(_rows(make_row))
+        learn(trainer, _rows(make_row))
     assert _logprob_of(trainer, make_row, "<answer>Dragon</answer>") - _logprob_of(trainer, make_row, "nonsense") > gap
 
 
@@ -169,9 +178,9 @@ def test_sgd_momentum_carries_the_last_step(make_row) -> None:
     assert heavy.engine.optimizer.param_groups[0]["momentum"] == 0.9
     moves = []
     for trainer in (plain, heavy):
-        trainer.train_step(_rows(make_row))
+        learn(trainer, _rows(make_row))
         middle = _params(trainer)
-        trainer.train_step(_rows(make_row))
+        learn(trainer, _rows(make_row))
         moves.append(sum(float((p - middle[n]).norm()) for n, p in _params(trainer).items()))
     assert moves[1] > moves[0] * 1.5  # the second step adds 0.9 of the first
 
@@ -180,7 +189,7 @@ def test_zero_variance_groups_teach_nothing(make_row) -> None:
     trainer = _trainer()
     before = _params(trainer)
     same = [make_row(reward=0.3, index=i) for i in range(4)]
-    metrics = trainer.train_step(same)
+    metrics = learn(trainer, same)
     assert metrics["train_sequences"] == 0 and metrics["filtered_groups_rows"] == 4
     assert all(torch.equal(before[n], p) for n, p in _params(trainer).items())
 
@@ -193,9 +202,9 @@ def test_zero_variance_groups_teach_nothing(make_row) -> None:
 ])
 def test_gradient_accumulation_and_packing_give_the_same_update(make_row, changes: dict) -> None:
     reference = _trainer(**({"aggregation": changes["aggregation"]} if "aggregation" in changes else {}))
-    reference.train_step(_rows(make_row))
+    learn(reference, _rows(make_row))
     other = _trainer(**changes)
-    other.train_step(_rows(make_row))
+    learn(other, _rows(make_row))
     expected = _params(reference)
     for name, value in _params(other).items():
         torch.testing.assert_close(value, expected[name], atol=2e-6, rtol=1e-4, msg=name)
@@ -204,7 +213,7 @@ def test_gradient_accumulation_and_packing_give_the_same_update(make_row, change
 def test_clipping_and_mini_batches(make_row) -> None:
     trainer = _trainer(mini_batches=2, epochs=2, max_grad_norm=1e-4)
     stepped = _stepped_gradients(trainer)
-    metrics = trainer.train_step(_rows(make_row))
+    metrics = learn(trainer, _rows(make_row))
     assert trainer.engine.optimizer_steps == 4 and len(stepped) == 4  # 2 mini-batches x 2 epochs
     assert metrics["grad_norm"] > 1e-4  # measured before clipping
     for grads in stepped:
@@ -216,12 +225,12 @@ def test_clipping_and_mini_batches(make_row) -> None:
 
 def test_kl_to_the_reference_is_logged(make_row) -> None:
     trainer = _trainer(kl_coef=0.1, epochs=2)
-    with pytest.raises(RuntimeError, match="no KL reference was kept"):  # the run skeleton keeps it
-        trainer.train_step(_rows(make_row))
-    trainer.engine.keep_reference()
-    metrics = trainer.train_step(_rows(make_row))
+    with pytest.raises(RuntimeError, match="no reference model was kept"):  # the run loop keeps it
+        learn(trainer, _rows(make_row))
+    trainer.engine.keep_reference(trainer.engine.model_path)
+    metrics = learn(trainer, _rows(make_row))
     assert trainer.engine.reference is not None and metrics["kl"] > 0
-    assert "kl" not in _trainer().train_step(_rows(make_row))  # no KL term, no constant metric
+    assert "kl" not in learn(_trainer(), _rows(make_row))  # no KL term, no constant metric
 
 
 def test_sft_step_lowers_the_loss(make_row) -> None:
@@ -232,7 +241,7 @@ def test_sft_step_lowers_the_loss(make_row) -> None:
     for _ in range(5):
         last = sft_update(trainer.engine, rows, lr=3e-3)["loss"]
     assert last < first["loss"] * 0.7
-    assert trainer.engine.scheduler.last_epoch == 0  # the warm-up leaves the RL schedule alone
+    assert trainer.engine.schedule_step == 0  # the warm-up leaves the RL schedule alone
     assert trainer.engine.optimizer.param_groups[0]["lr"] == BASE.optim.lr
     assert trainer.version == 0  # nor the policy version
 
@@ -249,10 +258,10 @@ def test_checkpoint_resumes_exactly(make_row, tmp_path: Path) -> None:
     rows = _rows(make_row)
     straight = _trainer()
     for _ in range(3):
-        straight.train_step(rows)
+        learn(straight, rows)
 
     first = _trainer()
-    first.train_step(rows)
+    learn(first, rows)
     save_checkpoint(first, tmp_path, step=1, loop_state={"data_position": 7})
     torch.manual_seed(12345)  # the checkpoint must restore the RNG, whatever happened since
     second = _trainer()
@@ -260,7 +269,7 @@ def test_checkpoint_resumes_exactly(make_row, tmp_path: Path) -> None:
     assert state == {"step": 1, "data_position": 7}
     assert second.version == 1
     for _ in range(2):
-        second.train_step(rows)
+        learn(second, rows)
     expected = _params(straight)
     for name, value in _params(second).items():
         torch.testing.assert_close(value, expected[name], atol=0, rtol=0, msg=name)
@@ -281,7 +290,7 @@ def test_lora_trains_adapters_and_exports_merged_weights(make_row, tmp_path: Pat
     trainable = [n for n, p in trainer.engine.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     for _ in range(2):
-        trainer.train_step(_rows(make_row))
+        learn(trainer, _rows(make_row))
     weights = trainer.weights()
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert set(weights) == set(base.state_dict())  # plain transformers names, LoRA merged in
@@ -296,7 +305,7 @@ def test_save_pretrained_writes_a_loadable_model(make_row, tmp_path: Path) -> No
     from transformers import AutoModelForCausalLM
 
     trainer = _trainer()
-    trainer.train_step(_rows(make_row))
+    learn(trainer, _rows(make_row))
     folder = trainer.export(tmp_path / "final")
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     for name, value in loaded.state_dict().items():

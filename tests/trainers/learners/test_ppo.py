@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from agentgym.trainers.losses.value import explained_variance, gae, masked_whiten, token_gae, value_loss
+from agentgym.trainers.losses.value import (
+    explained_variance,
+    gae,
+    masked_whiten,
+    token_gae,
+    value_loss,
+)
 
 
 def test_gae_over_tokens_worked_by_hand() -> None:
@@ -113,7 +119,7 @@ def test_the_critic_learns_the_returns_of_fixed_rows(make_row: Any, tmp_path: Pa
     """With gamma = lambda = 1 the value targets are the episodes' rewards whatever the values: step after
     step on the same rows at a real (Adam) critic lr, the value error falls and the critic explains them."""
     from agentgym.trainers.engines.distributed import Dist
-    from agentgym.trainers.learners.base import build_learner
+    from trainer_helpers import learn, make_learner
     from agentgym.trainers.learners.ppo import PPOLearner
 
     rows = [make_row(answer, reward=reward, group=0, index=i, logprob=-1.0)
@@ -121,8 +127,8 @@ def test_the_critic_learns_the_returns_of_fixed_rows(make_row: Any, tmp_path: Pa
                                                   ("<answer>Phoenix</answer>", 0.5), ("x y z", 0.0)])]
     config = _config(tmp_path, trajectories="unused.parquet", value_model=value_model, critic_lr=1e-3, lr=1e-4,
                      backend="fsdp")
-    learner = build_learner(PPOLearner, config, Dist())
-    metrics = [learner.train_step(rows) for _ in range(10)]
+    learner = make_learner(PPOLearner, config, Dist())
+    metrics = [learn(learner, rows) for _ in range(10)]
     losses = [m["value_loss"] for m in metrics]
     assert losses[-1] < 0.3 * losses[0], losses
     assert metrics[-1]["explained_variance"] > metrics[0]["explained_variance"]

@@ -19,22 +19,16 @@ from agentgym.rollout.manager import EnvManager, RolloutConfig
 from agentgym.rollout.policies import RandomPolicy
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.rollout.storage import RolloutWriter
-from agentgym.trainers.engines.batch import collate, to_sequences
 from agentgym.trainers.engines.base import freeze_parameters, load_model_and_tokenizer
+from agentgym.trainers.engines.batch import collate, to_sequences
 from agentgym.trainers.engines.distributed import Dist
-from agentgym.trainers.learners.base import build_learner
+from trainer_helpers import learn, make_learner
+from agentgym.trainers.learners.sft import SFTLearner, sft_update
+from agentgym.trainers.loop.sources import SFTBatches, random_batch_order, trajectory_files
+from agentgym.trainers.research.options import length_grouped_order
 from agentgym.trainers.loop.metrics import read_jsonl
 from agentgym.trainers.loop.run import train
 from agentgym.trainers.settings import TrainConfig
-from agentgym.trainers.learners.sft import (
-    SFTBatches,
-    SFTLearner,
-    length_grouped_order,
-    random_batch_order,
-    sft_passes,
-    sft_update,
-    trajectory_files,
-)
 
 BANDIT = "Bandit-LLM-v0"
 BACKENDS = ["trl", "fsdp"]
@@ -75,7 +69,7 @@ def _sft(tiny_model: str, backend: str, out: Path, **changes: object) -> TrainCo
 
 
 def _learner(tiny_model: str, backend: str, tmp_path: Path, **changes: object) -> SFTLearner:
-    learner = build_learner(SFTLearner, _sft(tiny_model, backend, tmp_path / "run", **changes), Dist())
+    learner = make_learner(SFTLearner, _sft(tiny_model, backend, tmp_path / "run", **changes), Dist())
     assert isinstance(learner, SFTLearner)
     return learner
 
@@ -198,7 +192,7 @@ def test_sft_steps_the_optimiser_it_is_given(tokenizer: Any, tiny_model: str, tm
     learner = _learner(tiny_model, backend, tmp_path, optimizer=name, momentum=0.5 if name == "sgd" else 0.0)
     used: list[Any] = []
     learner.engine.optimizer.register_step_pre_hook(lambda optimizer, *_: used.append(optimizer))
-    learner.train_step(_random_rows(tokenizer, episodes=4, seed=1))
+    learn(learner, _random_rows(tokenizer, episodes=4, seed=1))
     assert len(used) == 1 and type(used[0]) is expected and used[0] is learner.engine.optimizer
     if name == "sgd":
         assert used[0].param_groups[0]["momentum"] == 0.5
@@ -268,12 +262,6 @@ def test_random_batch_order_reshuffles_each_pass_and_keeps_batches_full() -> Non
     assert order != random_batch_order(20, batch_size=8, samples=48, seed=4)
 
 
-@pytest.mark.parametrize(("batch_size", "wanted", "expected"), [(16, 4, 4), (16, 3, 2), (6, 4, 3), (7, 4, 1),
-                                                                 (2, 4, 2), (16, 1, 1)])
-def test_sft_passes_is_the_largest_divisor_up_to_the_wish(batch_size: int, wanted: int, expected: int) -> None:
-    assert sft_passes(batch_size, wanted) == expected
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sft_in_several_passes_takes_the_step_one_pass_takes(tiny_model: str, tmp_path: Path, backend: str) -> None:
     """The same eight rows (their loss tokens vary with their length, so a per-pass mean would weigh them
@@ -284,11 +272,17 @@ def test_sft_in_several_passes_takes_the_step_one_pass_takes(tiny_model: str, tm
     for passes in (1, 4):
         learner = _learner(tiny_model, backend, tmp_path / str(passes), optimizer="sgd", lr=0.5)
         seen: list[torch.Tensor] = []
-        learner.engine.model.register_forward_pre_hook(
-            lambda _m, _a, kw, seen=seen: seen.append(kw["input_ids"].clone()), with_kwargs=True)
+        firsts: list[int] = []  # each row's first token (rows are padded on the left or the right)
+
+        def record(_module, _args, kwargs, seen=seen, firsts=firsts) -> None:
+            ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
+            seen.append(ids.clone())
+            firsts.extend(int(ids[r, int(mask[r].argmax())]) for r in range(ids.shape[0]))
+
+        learner.engine.model.register_forward_pre_hook(record, with_kwargs=True)
         sft_update(learner.engine, rows, passes=passes)
         assert [batch.shape[0] for batch in seen] == [8 // passes] * passes
-        assert sorted(int(row_id) - 10 for batch in seen for row_id in batch[:, 0]) == list(range(8))
+        assert sorted(first - 10 for first in firsts) == list(range(8))
         weights.append(torch.cat([p.detach().flatten() for p in learner.engine.model.parameters()]))
         padded.append(sum(batch.numel() for batch in seen))
     start = torch.cat([p.detach().flatten() for p in load_model_and_tokenizer(tiny_model)[0].parameters()])

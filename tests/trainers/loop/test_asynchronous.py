@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.learners.grpo import GRPOLearner
-from agentgym.trainers.learners.base import Learner, build_learner
-from agentgym.trainers.loop.metrics import read_jsonl
 from agentgym.trainers import registry
-from agentgym.trainers.registry import register_trainer
+from agentgym.trainers.learners.grpo import GRPOLearner
+from agentgym.trainers.loop.metrics import read_jsonl
 from agentgym.trainers.loop.run import train
+from agentgym.trainers.registry import register_trainer
 from agentgym.trainers.settings import TrainConfig
 
 #: (learner version at the step, policy versions of the rows it trained on), per step
@@ -32,15 +31,12 @@ class RecordingGRPO(GRPOLearner):
         return super().train_step(rows)
 
 
-def make_recording(config: TrainConfig, dist: Any) -> Learner:
-    return build_learner(RecordingGRPO, config, dist)
-
-
 @pytest.fixture(autouse=True)
 def recording_trainer(monkeypatch: pytest.MonkeyPatch) -> None:
     """GRPO that records what each step trained on, registered for these tests only."""
     monkeypatch.setattr(registry, "_TRAINERS", dict(registry._TRAINERS))
-    register_trainer("recording-grpo", {"fsdp": "test_asynchronous:make_recording"}, description="GRPO, recorded.")
+    register_trainer("recording-grpo", "test_asynchronous:RecordingGRPO", backends=("fsdp",),
+                     description="GRPO, recorded.")
 
 
 def _config(out: Path, **changes: Any) -> TrainConfig:
@@ -83,3 +79,29 @@ def test_asynchronous_needs_a_step_of_staleness_and_an_env_to_play() -> None:
         TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "asynchronous": True, "max_staleness": 0})
     with pytest.raises(ConfigError, match="a rollout file plays nothing"):
         TrainConfig.from_dict({"trajectories": "rows.parquet", "asynchronous": True})
+
+
+def test_playing_runs_up_to_max_staleness_steps_ahead() -> None:
+    """max_staleness 2 plays two steps ahead of learning (it played exactly one ahead whatever it said,
+    so values above 1 did nothing), never past the run's last step."""
+    from agentgym.trainers.loop.rollouts import StepRollout
+    from agentgym.trainers.loop.serving import Serving
+
+    played: list[int] = []
+
+    class Recording(Serving):
+        def _play(self, step: int) -> StepRollout:
+            played.append(step)
+            return StepRollout(rows=[], seconds=0.0)
+
+    config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "asynchronous": True, "max_staleness": 2,
+                                    "steps": 5})
+    with Recording(config, None, "tiny", main=False) as serving:
+        serving.start_ahead(0, 2, 5)
+        serving.rollout(1)
+        serving.start_ahead(1, 2, 5)
+        serving.rollout(2)
+        serving.start_ahead(2, 2, 5)
+        serving.start_ahead(3, 2, 5)
+        serving.rollout(4)
+    assert played == [1, 2, 3, 4]

@@ -9,8 +9,9 @@ import pytest
 
 from agentgym.parsing import extract_answer
 from agentgym.rollout.storage import RolloutWriter
+from agentgym.trainers.loop.rollouts import format_warmup_rows, rollout_config
+from agentgym.trainers.loop.sources import OfflineGroups, drop_stale, episode_stats
 from agentgym.trainers.settings import TrainConfig
-from agentgym.trainers.loop.rollouts import OfflineGroups, drop_stale, episode_stats, format_warmup_rows, rollout_config
 
 
 def test_rows_older_than_the_staleness_limit_are_dropped(make_row) -> None:

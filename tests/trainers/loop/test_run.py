@@ -167,17 +167,17 @@ def test_after_a_push_the_servers_logprobs_are_the_trainers(make_row, tiny_model
     from agentgym.serve.launch import BuiltinServer
     from agentgym.trainers.engines.batch import TrainSequence, collate
     from agentgym.trainers.engines.distributed import Dist
+    from trainer_helpers import learn, make_learner
     from agentgym.trainers.learners.grpo import GRPOLearner
-    from agentgym.trainers.learners.base import build_learner
     from agentgym.trainers.loop.sync import make_weight_sync
 
     config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "model": tiny_model, "backend": "fsdp",
                                     "group_size": 4, "episodes_per_step": 8, "lr": 1e-2})
-    learner = build_learner(GRPOLearner, config, Dist())
+    learner = make_learner(GRPOLearner, config, Dist())
     rows = [make_row(answer, reward=reward, index=i)
             for i, (answer, reward) in enumerate([("<answer>Dragon</answer>", 1.0), ("<answer>Phoenix</answer>", 0.0),
                                                   ("<answer>Dragon</answer>", 1.0), ("nonsense", -0.1)])]
-    assert learner.train_step(rows)["train_sequences"] == 4
+    assert learn(learner, rows)["train_sequences"] == 4
     prompt = [1, 40, 41, 42, 43, 44]
     with BuiltinServer(learner.engine.model_path) as server:
         api_key = server.api_key or "unused"

@@ -11,20 +11,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 import torch
 from safetensors.torch import load_file
-from trainer_helpers import API_KEY, PROMPTS, all_greedy, hf_greedy, load_model, server_greedy, train_a_little
+from trainer_helpers import (
+    API_KEY,
+    PROMPTS,
+    all_greedy,
+    hf_greedy,
+    load_model,
+    server_greedy,
+    train_a_little,
+)
 
 from agentgym.errors import ConfigError, WeightSyncError
 from agentgym.serve.launch import BuiltinServer, free_port
 from agentgym.trainers.loop.sync import (
     SYNC_METHODS,
     BuiltinSync,
-    LoRASync,
     SyncResult,
-    VLLMNCCLSync,
     VLLMSync,
     WeightSync,
     make_weight_sync,
@@ -67,7 +72,7 @@ def test_save_weights_takes_a_state_dict(tmp_path: Path) -> None:
 
 
 def test_full_sync_refuses_a_lora_model(tiny_model: str, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="LoRA adapter: sync it with LoRASync"):
+    with pytest.raises(ConfigError, match="carries a LoRA adapter: merge it first"):
         save_weights(_lora(load_model(tiny_model)), tmp_path)
 
 
@@ -79,10 +84,10 @@ def test_save_weights_refuses_what_is_not_weights(tmp_path: Path) -> None:
 
 
 def test_make_weight_sync_names_the_methods(tmp_path: Path) -> None:
-    assert SYNC_METHODS == ("builtin", "vllm", "lora", "nccl")
+    assert SYNC_METHODS == ("builtin", "vllm")
     kinds = {method: type(make_weight_sync(method, "http://127.0.0.1:1", model_name="m", folder=tmp_path))
              for method in SYNC_METHODS}
-    assert kinds == {"builtin": BuiltinSync, "vllm": VLLMSync, "lora": LoRASync, "nccl": VLLMNCCLSync}
+    assert kinds == {"builtin": BuiltinSync, "vllm": VLLMSync}
     assert all(isinstance(make_weight_sync(m, "http://127.0.0.1:1", model_name="m", folder=tmp_path),
                           WeightSync) for m in SYNC_METHODS)
     with pytest.raises(ConfigError, match="Unknown weight sync method 'nfs'; use one of builtin, vllm"):
@@ -92,23 +97,8 @@ def test_make_weight_sync_names_the_methods(tmp_path: Path) -> None:
 def test_bad_arguments_say_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="must start with http:// or https://"):
         BuiltinSync("127.0.0.1:8000")
-    with pytest.raises(ConfigError, match="LoRASync needs model_name"):
-        LoRASync("http://127.0.0.1:1", model_name="")
-    with pytest.raises(ConfigError, match="keep must be a whole number >= 1"):
-        LoRASync("http://127.0.0.1:1", model_name="m", keep=0)
-    with pytest.raises(ConfigError, match="pushes a peft model"):
-        LoRASync("http://127.0.0.1:1", model_name="m", folder=tmp_path).push(torch.nn.Linear(2, 2))
     with pytest.raises(ConfigError, match="version must be a whole number >= 0, got -1"):
         BuiltinSync("http://127.0.0.1:1", folder=tmp_path).push(torch.nn.Linear(2, 2), version=-1)
-    with pytest.raises(ConfigError, match="pushes a module"):
-        VLLMNCCLSync("http://127.0.0.1:1").push({"w": torch.ones(1)})
-
-
-def test_nccl_sync_needs_gpus() -> None:
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a GPU")
-    with pytest.raises(ConfigError, match="NCCL weight transfer needs CUDA GPUs; on a CPU use VLLMSync"):
-        VLLMNCCLSync("http://127.0.0.1:1").push(torch.nn.Linear(2, 2))
 
 
 def test_no_server_is_a_weight_sync_error(tmp_path: Path) -> None:
@@ -160,34 +150,8 @@ def test_builtin_server_generates_what_the_trainer_model_does_after_a_sync(
         assert sync.push(model, version=40).version == 40
         assert server_greedy(builtin.base_url, NAME, PROMPTS[1])[1] == 40
     finally:
-        sync.push(load_model(tiny_model), version=0)  # the LoRA test wants the original base
+        sync.push(load_model(tiny_model), version=0)  # later tests want the original weights
     assert all_greedy(builtin.base_url, NAME) != expected
-
-
-@pytest.mark.slow
-def test_builtin_server_serves_each_lora_version_under_its_own_name(
-    builtin: BuiltinServer, tiny_model: str, tmp_path: Path
-) -> None:
-    served_base = all_greedy(builtin.base_url, NAME)
-    model = _lora(load_model(tiny_model))
-    sync = LoRASync(builtin.url, model_name=NAME, folder=tmp_path, api_key=API_KEY)
-    assert sync.model_name == NAME
-    first = sync.push(model)
-    assert first.model_name == sync.model_name == f"{NAME}-lora-v1"
-    expected = [hf_greedy(model, prompt) for prompt in PROMPTS]
-    assert expected != served_base, "the adapter must change the greedy output"
-    assert all_greedy(builtin.base_url, first.model_name) == expected
-    assert all_greedy(builtin.base_url, NAME) == served_base  # the base model is untouched
-
-    train_a_little(model, seed=2)
-    second = sync.push(model)
-    assert second.model_name == f"{NAME}-lora-v2"
-    assert all_greedy(builtin.base_url, second.model_name) == [hf_greedy(model, p) for p in PROMPTS]
-    with pytest.raises(openai.NotFoundError, match="model `tiny-lora-v1` does not exist"):
-        server_greedy(builtin.base_url, first.model_name, PROMPTS[0])  # unloaded: keep=1
-    assert not (tmp_path / "v1").exists()
-    with pytest.raises(ConfigError, match="version 2 was pushed already"):
-        sync.push(model, version=2)
 
 
 # -- real vLLM (CPU build) ---------------------------------------------------------------------
@@ -195,14 +159,13 @@ def test_builtin_server_serves_each_lora_version_under_its_own_name(
 
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model: str) -> Iterator[Any]:
-    """Real vLLM with runtime LoRA, for this module (its weights change here)."""
+    """Real vLLM, for this module (its weights change here)."""
     from agentgym.serve.vllm import INSTALL_HINT, VLLMServer, vllm_python
 
     python = vllm_python()
     if python is None:
         pytest.skip(f"no Python that can import vllm: {INSTALL_HINT}")
-    with VLLMServer(tiny_model, python=python, served_model_name=NAME, max_model_len=512,
-                    enable_lora=True) as server:
+    with VLLMServer(tiny_model, python=python, served_model_name=NAME, max_model_len=512) as server:
         yield server
 
 
@@ -223,26 +186,8 @@ def test_vllm_generates_what_the_trainer_model_does_after_a_sync(
         assert all_greedy(vllm_server.base_url, NAME) == expected
         assert served_weight_version(vllm_server.url) == "1"
     finally:
-        sync.push(load_model(tiny_model), version=0)  # the LoRA test wants the original base
+        sync.push(load_model(tiny_model), version=0)  # later tests want the original weights
     assert served_weight_version(vllm_server.url) == "0"
     assert all_greedy(vllm_server.base_url, NAME) == before
 
 
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_vllm_serves_each_lora_version_under_its_own_name(
-    vllm_server: Any, tiny_model: str, tmp_path: Path
-) -> None:
-    base_greedy = all_greedy(vllm_server.base_url, NAME)
-    model = _lora(load_model(tiny_model))
-    sync = LoRASync(vllm_server.url, model_name=NAME, folder=tmp_path)
-    first = sync.push(model)
-    expected = [hf_greedy(model, prompt) for prompt in PROMPTS]
-    assert expected != base_greedy, "the adapter must change the greedy output"
-    assert all_greedy(vllm_server.base_url, first.model_name) == expected
-
-    train_a_little(model, seed=3)
-    second = sync.push(model)
-    assert second.model_name == f"{NAME}-lora-v2"
-    assert all_greedy(vllm_server.base_url, second.model_name) == [hf_greedy(model, p) for p in PROMPTS]
-    assert all_greedy(vllm_server.base_url, NAME) == base_greedy

@@ -1,0 +1,61 @@
+"""The settings of the policy loss (the ``loss`` section), read by every learner that uses it
+(grpo, ppo, distill with ``distill_loss=advantage``), and the names of the advantage choices."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from agentgym.trainers.sections import Section, register_section
+
+__all__ = ["AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "KLPenalty", "LossAggregation",
+           "LossSettings"]
+
+AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo"]
+Baseline = Literal["episode", "turn"]
+LossAggregation = Literal["token_mean", "sequence_mean", "constant_sum"]
+Correction = Literal["none", "truncate", "mask"]
+CorrectionLevel = Literal["token", "sequence"]
+KLPenalty = Literal["k3", "k2", "k1_reward"]
+
+
+class LossSettings(Section):
+    """The clipped, importance-corrected policy loss and its KL to the reference (GRPO, PPO)."""
+
+    clip_low: float = Field(0.2, ge=0)
+    """PPO clip below 1."""
+    clip_high: float = Field(0.28, ge=0)
+    """PPO clip above 1 (DAPO's clip-higher)."""
+    aggregation: LossAggregation = "token_mean"
+    """token_mean (over the mini-batch's sampled tokens), sequence_mean (per sequence, then over
+    sequences) or constant_sum (Dr. GRPO: summed, over sequences times ``constant_sum_tokens``)."""
+    constant_sum_tokens: int = Field(1024, ge=1)
+    """The constant constant_sum divides each sequence's summed loss by."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the KL to the model RL starts from (after the warm-up); 0: no reference kept."""
+    kl_penalty: KLPenalty = "k3"
+    """How the KL enters: k3 (exp(d) - d - 1 in the loss, d = ref - logp: GRPO's and TRL's; its
+    gradient is the forward KL(ref || pi)'s), k2 ((logp - ref)^2 / 2 in the loss: its on-policy
+    gradient is the reverse KL(pi || ref)'s), or k1_reward (logp - ref of the sampling weights,
+    subtracted from the reward before the advantages: PPO's KL-in-reward)."""
+    correction: Correction = "truncate"
+    """Importance correction against the server's logprobs: truncate, mask or none."""
+    correction_level: CorrectionLevel = "token"
+    """Correct per token or per sequence."""
+    correction_cap: float = Field(2.0, gt=0)
+    """Cap of the importance weight."""
+    top_entropy_quantile: float = Field(1.0, ge=0, le=1)
+    """Share of the sampled tokens, the highest-entropy of each forward batch, that carry the policy
+    loss (Wang et al. 2025 use 0.2); 1: every token."""
+
+    def check(self, config: Any) -> None:
+        top_p = config.rollout.top_p
+        if top_p < 1.0 and self.correction != "none":
+            raise ValueError(
+                f"rollout.top_p is {top_p}: the server's logprobs are then renormalised over the nucleus, "
+                "which the trainer's full softmax does not match, so the importance weights would be biased. "
+                "Set -s correction=none with top_p below 1, or sample with top_p 1")
+
+
+register_section("loss", LossSettings)
