@@ -10,6 +10,7 @@ from rich.text import Text
 
 from agentgym.cli.common import console, fail
 from agentgym.cli.rollout_cmd import print_episode
+from agentgym.errors import AgentGymError
 from agentgym.rollout.rows import TrajectoryRow
 
 __all__ = ["view_command"]
@@ -27,7 +28,10 @@ def view_command(
 
     if not path.exists():
         raise fail(f"{path} does not exist: give a file written by `agentgym rollout --out`.")
-    rows = [row for row in read_rows(path) if episode is None or episode in row.episode_id]
+    try:
+        rows = [row for row in read_rows(path) if episode is None or episode in row.episode_id]
+    except AgentGymError as exc:  # not a rollout file: one line that says what it is
+        raise fail(str(exc)) from exc
     if not rows:
         raise fail(f"no episode in {path}" + (f" matches {episode!r}." if episode else "."))
     decode = _decoder(model) if tokens else None
