@@ -244,19 +244,7 @@ def test_list_names_the_extra_each_env_needs() -> None:
     assert "An env's extra installs with scripts/setup.sh EXTRA" in result.output
 
 
-# -- --help at 80 columns, --version -------------------------------------------------------------
-
-@pytest.mark.parametrize("command", ["rollout", "eval"])
-def test_help_fits_80_columns_in_groups(command: str) -> None:
-    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"}, terminal_width=80)
-    assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    assert max(len(line) for line in lines) <= 80 and "…" not in result.output  # no option name cut short
-    for panel in ("What to play", "The model", "Output", "Advanced"):
-        assert f"╭─ {panel} " in result.output
-    assert len(lines) < 70, len(lines)
-    assert "--episode-timeout" in result.output and "--base-url" in result.output
-
+# -- --version (the help screens: test_help_screens.py) --------------------------------------------
 
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
