@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,23 @@ def test_train_offline_then_report(rows_file: Path, tmp_path: Path) -> None:
     report = runner.invoke(app, ["report", str(tmp_path / "run")])
     assert report.exit_code == 0, report.output
     assert (tmp_path / "run" / "report.html").read_text().count("<svg") >= 6
+    left = {path.name for path in (tmp_path / "run").iterdir()}
+    assert left <= run_folder_entries(), left - run_folder_entries()  # docs/training.md names each
+
+
+def run_folder_entries() -> set[str]:
+    """The top-level names docs/training.md's "The run folder" table lists."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    section = doc.split("## The run folder", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name.split("/")[0] for cell in cells for name in re.findall(r"`([^`]+)`", cell)}
+
+
+def test_the_run_folder_section_documents_the_weights_sync_folder() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    row = next(line for line in doc.splitlines() if line.startswith("| `sync/` |"))
+    assert "the weights pushed to the server after each step" in row
+    assert {"sync", "config.yaml", "metrics.jsonl", "checkpoints", "final", "reference"} <= run_folder_entries()
 
 
 def test_flags_override_the_config_file(rows_file: Path, tmp_path: Path) -> None:
