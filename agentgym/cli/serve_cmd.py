@@ -11,7 +11,7 @@ from agentgym.cli.common import MODEL_PANEL, console, fail
 from agentgym.errors import AgentGymError
 from agentgym.net import is_loopback
 
-__all__ = ["EngineName", "serve_command"]
+__all__ = ["BUILTIN_PANEL", "NETWORK_PANEL", "EngineName", "serve_command"]
 
 class EngineName(str, Enum):
     builtin = "builtin"

@@ -22,7 +22,7 @@ from agentgym.cli.common import MODEL_PANEL, OUTPUT_PANEL, console, fail, make_e
 from agentgym.errors import AgentGymError
 from agentgym.trainers.settings import SECTIONS, setting_help
 
-__all__ = ["report_command", "train_command"]
+__all__ = ["SERVER_PANEL", "SETTINGS_PANEL", "STEP_PANEL", "TRAIN_PANEL", "report_command", "train_command"]
 
 # The groups of train's --help (typer's rich_help_panel), beside rollout's "The model" and "Output".
 TRAIN_PANEL, STEP_PANEL, SERVER_PANEL, SETTINGS_PANEL = "What to train", "Each step", "The server", "Settings"

@@ -13,7 +13,7 @@ from agentgym.cli.rollout_cmd import print_episode
 from agentgym.errors import AgentGymError
 from agentgym.rollout.rows import TrajectoryRow
 
-__all__ = ["view_command"]
+__all__ = ["TOKEN_STYLES", "token_legend", "view_command"]
 
 
 def view_command(
