@@ -23,6 +23,7 @@ import math
 import sys
 from collections import Counter
 
+from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.rollout.storage import read_rows
 
@@ -31,7 +32,10 @@ def episodes_by_seed(paths: str) -> dict[int, TrajectoryRow]:
     """One row per episode (its first), keyed by level seed, over comma-separated files."""
     episodes: dict[int, TrajectoryRow] = {}
     for path in paths.split(","):
-        rows = read_rows(path)
+        try:
+            rows = read_rows(path)
+        except ConfigError as exc:  # not a rollout file: the one line that says what it is
+            raise SystemExit(f"error: {exc}") from None
         if not rows:
             raise SystemExit(f"No episodes in {path}: give the file `agentgym eval --episodes-out` wrote.")
         episodes.update((row.seed, row) for row in first_rows(rows))

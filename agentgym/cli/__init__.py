@@ -21,6 +21,7 @@ from agentgym.cli import (
     train_cmd,
     view_cmd,
 )
+from agentgym.cli.help_screen import HelpGroup
 
 __all__ = ["app", "main"]
 
@@ -30,6 +31,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=HelpGroup,  # flags show no <bool> in --help
 )
 
 

@@ -18,7 +18,7 @@ from agentgym.registry import env_argument_error
 __all__ = ["ADVANCED_PANEL", "ConcurrencyOption", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption",
            "MODEL_PANEL", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "OUTPUT_PANEL", "PLAY_PANEL",
            "PlayEnvKwargOption", "SUMMARY_COLUMNS", "TurnBudgetOption", "all_failed", "check_base_urls", "console",
-           "fail", "make_env", "parse_env_kwargs"]
+           "fail", "make_env", "parse_env_kwargs", "rows_written"]
 
 console = Console(highlight=False)
 
@@ -79,6 +79,15 @@ def all_failed(rows: list[Any]) -> typer.Exit | None:
     error, count = Counter(row.error for row in episodes).most_common(1)[0]
     return fail(f"all {len(episodes)} episodes stopped with an error ({count} x {error}); "
                 "fix that and rerun the same command.", code=1)
+
+
+def rows_written(path: Any, rows: list[Any]) -> str:
+    """The line that says where ``rows`` went and how to look at them (rollout --out, eval --episodes-out)."""
+    from agentgym.rollout.rows import first_rows
+
+    shown = escape(str(path))
+    return (f"{len(first_rows(rows))} episodes ({len(rows)} rows) written to {shown}; "
+            f"agentgym view {shown} replays them.")
 
 
 def parse_env_kwargs(pairs: list[str], option: str = "--env-kwarg") -> dict[str, Any]:

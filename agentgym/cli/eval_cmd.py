@@ -48,6 +48,7 @@ from agentgym.cli.common import (
     console,
     fail,
     parse_env_kwargs,
+    rows_written,
 )
 from agentgym.cli.rollout_cmd import Player, PolicyName, episode_progress, playing_with
 from agentgym.errors import AgentGymError
@@ -152,6 +153,8 @@ def eval_command(
                        seed_offset=seed_offset, temperature=temperature)
     result.seconds = round(time.monotonic() - started, 1)
     console.print(result_table(result))
+    if episodes_out is not None:
+        console.print(rows_written(episodes_out, rows), soft_wrap=True)  # a path the terminal wraps, unbroken
     if failed_seeds_out is not None:
         _write_failed_seeds(failed_seeds_out, rows, who)
     if result.failed:

@@ -34,6 +34,7 @@ from agentgym.cli.common import (
     console,
     fail,
     parse_env_kwargs,
+    rows_written,
 )
 from agentgym.errors import AgentGymError
 from agentgym.rollout.manager import EnvManager, RolloutConfig
@@ -110,7 +111,7 @@ def rollout_command(
         raise fail(str(exc)) from exc
     console.print(_summary(env_id, model if policy is PolicyName.model else policy.value, rows))
     if out is not None:
-        console.print(f"Rows written to {escape(str(out))} (load with datasets.load_dataset('parquet', ...)).")
+        console.print(rows_written(out, rows), soft_wrap=True)  # a path the terminal wraps, unbroken
     failed = all_failed(rows)
     if failed is not None:
         raise failed

@@ -11,13 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentgym.cli.common import console, fail
+from agentgym.cli.help_screen import HelpGroup
 from agentgym.errors import AgentGymError
 from agentgym.net import is_loopback
 
 __all__ = ["app", "build_command", "check_command", "clean_command", "serve_command"]
 
 app = typer.Typer(help="The code sandbox: build its image, check what is missing, clean up, "
-                       "serve it to other hosts.", no_args_is_help=True)
+                       "serve it to other hosts.", no_args_is_help=True, cls=HelpGroup)
 
 _IMAGE_HELP = "Image name:tag."
 _HOST_HELP = "Docker engine URL (default: DOCKER_HOST or the local socket)."

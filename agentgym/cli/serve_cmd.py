@@ -7,44 +7,52 @@ from typing import Annotated
 
 import typer
 
-from agentgym.cli.common import console, fail
+from agentgym.cli.common import MODEL_PANEL, console, fail
 from agentgym.errors import AgentGymError
 from agentgym.net import is_loopback
 
-__all__ = ["EngineName", "serve_command"]
+__all__ = ["BUILTIN_PANEL", "NETWORK_PANEL", "EngineName", "serve_command"]
 
 class EngineName(str, Enum):
     builtin = "builtin"
     vllm = "vllm"
 
 
+# The groups of serve's --help (typer's rich_help_panel), beside rollout's "The model".
+NETWORK_PANEL, BUILTIN_PANEL = "Where it listens", "The built-in engine"
+
+
 def serve_command(
-    model: Annotated[str, typer.Option(help="A local Hugging Face folder, a hub id, or tiny.")],
-    host: Annotated[str, typer.Option(help="Interface to bind; anything but loopback is reachable "
-                                           "by others: set --api-key then.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    api_key: Annotated[str | None, typer.Option(help="Require 'Authorization: Bearer KEY'.")] = None,
+    model: Annotated[str, typer.Option(
+        metavar="MODEL", help="A local Hugging Face folder, a hub id, or tiny.", rich_help_panel=MODEL_PANEL)],
     served_model_name: Annotated[str | None, typer.Option(
-        help="Model name clients send (default: --model as given).")] = None,
+        metavar="NAME", help="Model name clients send (default: --model as given).", rich_help_panel=MODEL_PANEL)] = None,
     engine: Annotated[EngineName, typer.Option(
-        help="builtin (transformers) or vllm.")] = EngineName.builtin,
+        metavar="ENGINE", help="builtin (transformers) or vllm.", rich_help_panel=MODEL_PANEL)] = EngineName.builtin,
     max_model_len: Annotated[int | None, typer.Option(
-        help="Prompt + completion tokens per request (default: the model's max positions).")] = None,
-    threads: Annotated[int | None, typer.Option(
-        help="Torch threads of the built-in engine (default: all cores but one).")] = None,
-    prefix_cache_mib: Annotated[int, typer.Option(
-        help="Memory the built-in engine keeps finished requests' KV in, so a prompt that "
-             "continues one (the next turn of a conversation) prefills only its new tokens; "
-             "0 turns it off.")] = 1024,
+        metavar="N", help="Prompt + completion tokens per request (default: the model's max positions).",
+        rich_help_panel=MODEL_PANEL)] = None,
+    host: Annotated[str, typer.Option(
+        metavar="HOST", help="Interface to bind; anything but loopback is reachable by others: set --api-key then.",
+        rich_help_panel=NETWORK_PANEL)] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="PORT", help="TCP port.", rich_help_panel=NETWORK_PANEL)] = 8000,
+    api_key: Annotated[str | None, typer.Option(
+        metavar="KEY", help="Require 'Authorization: Bearer KEY'.", rich_help_panel=NETWORK_PANEL)] = None,
     device: Annotated[str, typer.Option(
-        help="Where the built-in engine runs the model: auto (the GPU when torch sees one), "
-             "cpu, cuda or cuda:N.")] = "auto",
+        metavar="DEVICE", help="Where the model runs: auto (the GPU when torch sees one), cpu, cuda or cuda:N.",
+        rich_help_panel=BUILTIN_PANEL)] = "auto",
     dtype: Annotated[str, typer.Option(
-        help="Weights' dtype in the built-in engine: float32, bfloat16 or float16 "
-             "(keep float32 on the CPU, where the others are slow).")] = "float32",
+        metavar="DTYPE", help="Weights' dtype: float32, bfloat16 or float16 (keep float32 on the CPU, where the "
+        "others are slow).", rich_help_panel=BUILTIN_PANEL)] = "float32",
+    threads: Annotated[int | None, typer.Option(
+        metavar="N", help="Torch threads (default: all cores but one).", rich_help_panel=BUILTIN_PANEL)] = None,
+    prefix_cache_mib: Annotated[int, typer.Option(
+        metavar="MIB", help="Memory that keeps finished requests' KV, so a prompt that continues one (the next "
+        "turn of a conversation) prefills only its new tokens; 0 turns it off.",
+        rich_help_panel=BUILTIN_PANEL)] = 1024,
     max_body_mib: Annotated[float, typer.Option(
-        help="Largest request body the built-in engine reads (413 beyond): a body is parsed and "
-             "tokenized whole, at seconds per MiB.")] = 8.0,
+        metavar="MIB", help="Largest request body read (413 beyond): a body is parsed and tokenized whole, at "
+        "seconds per MiB.", rich_help_panel=BUILTIN_PANEL)] = 8.0,
 ) -> None:
     """Serve a model over the OpenAI API (with vLLM's token-id extensions) until Ctrl-C."""
     if port < 1 or port > 65535:

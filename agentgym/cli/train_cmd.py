@@ -11,73 +11,114 @@ fsdp ...`` (every rank trains, rank 0 alone prints).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from agentgym.cli.common import EnvKwargOption, console, fail, parse_env_kwargs
+from agentgym.cli.common import MODEL_PANEL, OUTPUT_PANEL, console, fail, make_env, parse_env_kwargs
 from agentgym.errors import AgentGymError
-from agentgym.trainers.settings import setting_help
+from agentgym.trainers.settings import SECTIONS, setting_help
 
-__all__ = ["report_command", "train_command"]
+__all__ = ["SERVER_PANEL", "SETTINGS_PANEL", "STEP_PANEL", "TRAIN_PANEL", "report_command", "train_command"]
 
-_SET_HELP = ("Any setting as NAME=VALUE (VALUE read as YAML), e.g. -s lr=5e-4 -s loss.kl_coef=0.05; "
-             "repeatable. `agentgym train --settings` lists them all.")
+# The groups of train's --help (typer's rich_help_panel), beside rollout's "The model" and "Output".
+TRAIN_PANEL, STEP_PANEL, SERVER_PANEL, SETTINGS_PANEL = "What to train", "Each step", "The server", "Settings"
+#: setting name -> its flag, where it has one (a setting's help names other settings by these)
+_FLAGS = {"env_id": "--env", "trainer": "--trainer", "backend": "--backend", "model": "--model",
+          "base_url": "--base-url", "api_key": "--api-key", "engine": "--engine", "steps": "--steps",
+          "group_size": "--group-size", "episodes_per_step": "--episodes-per-step", "max_turns": "--max-turns",
+          "turn_budget": "--turn-budget", "max_tokens": "--max-tokens", "temperature": "--temperature", "lr": "--lr",
+          "seed": "--seed", "out": "--out", "resume": "--resume", "trajectories": "--trajectories",
+          "lora": "--lora", "tensorboard": "--tensorboard", "wandb": "--wandb"}
 
 
-def _flag(name: str) -> Any:
-    """A flag whose help is the setting's own docstring (one source)."""
-    return typer.Option(help=setting_help(name))
+def _help(name: str) -> str:
+    """The setting's own help (its docstring's first sentence), ``name`` markup written as the flag
+    (or the plain name) a reader of --help can use."""
+    return re.sub(r"``(\w+)``", lambda match: _FLAGS.get(match[1], match[1]), setting_help(name))
+
+
+def _default(name: str) -> Any:
+    """The setting's default, read from its section (one source; --help shows it)."""
+    for model in SECTIONS.values():
+        if name in model.model_fields:
+            return model.model_fields[name].get_default(call_default_factory=True)
+    raise KeyError(name)
+
+
+def _flag(name: str, metavar: str, panel: str) -> Any:
+    """The flag of setting ``name``: its help and default are the setting's own."""
+    if isinstance(_default(name), bool):  # a flag takes no value
+        return typer.Option(_FLAGS[name], help=_help(name), rich_help_panel=panel)
+    return typer.Option(_FLAGS[name], metavar=metavar, help=_help(name), rich_help_panel=panel)
 
 
 def train_command(
-    env_id: Annotated[str | None, typer.Option("--env", help=setting_help("env_id"))] = None,
-    trainer: Annotated[str | None, _flag("trainer")] = None,
-    backend: Annotated[str | None, _flag("backend")] = None,
-    model: Annotated[str | None, _flag("model")] = None,
-    base_url: Annotated[str | None, _flag("base_url")] = None,
-    api_key: Annotated[str | None, _flag("api_key")] = None,
-    engine: Annotated[str | None, _flag("engine")] = None,
-    steps: Annotated[int | None, _flag("steps")] = None,
-    group_size: Annotated[int | None, _flag("group_size")] = None,
-    episodes_per_step: Annotated[int | None, _flag("episodes_per_step")] = None,
-    max_turns: Annotated[int | None, _flag("max_turns")] = None,
-    turn_budget: Annotated[int | None, _flag("turn_budget")] = None,
-    max_tokens: Annotated[int | None, _flag("max_tokens")] = None,
-    temperature: Annotated[float | None, _flag("temperature")] = None,
-    lr: Annotated[float | None, _flag("lr")] = None,
-    seed: Annotated[int | None, _flag("seed")] = None,
-    out: Annotated[Path | None, _flag("out")] = None,
-    resume: Annotated[bool, _flag("resume")] = False,
-    trajectories: Annotated[Path | None, _flag("trajectories")] = None,
-    lora: Annotated[bool | None, typer.Option("--lora/--no-lora", help=setting_help("lora"))] = None,
-    tensorboard: Annotated[bool, _flag("tensorboard")] = False,
-    wandb: Annotated[bool, _flag("wandb")] = False,
-    config_file: Annotated[Path | None, typer.Option("--config", help="YAML file of settings (sections or flat names).")] = None,
-    env_kwarg: EnvKwargOption = [],  # noqa: B006
-    assignments: Annotated[list[str], typer.Option("--set", "-s", help=_SET_HELP)] = [],  # noqa: B006
-    settings: Annotated[bool, typer.Option("--settings", help="List every setting with its default and meaning, then exit.")] = False,
+    ctx: typer.Context,
+    trainer: Annotated[str, _flag("trainer", "NAME", TRAIN_PANEL)] = _default("trainer"),
+    backend: Annotated[str | None, _flag("backend", "NAME", TRAIN_PANEL)] = None,
+    env_id: Annotated[str | None, _flag("env_id", "ENV", TRAIN_PANEL)] = None,
+    env_kwarg: Annotated[list[str], typer.Option(
+        "--env-kwarg", "-k", metavar="KEY=VALUE", help="Env argument (YAML value); repeatable.",
+        rich_help_panel=TRAIN_PANEL)] = [],  # noqa: B006
+    trajectories: Annotated[str | None, _flag("trajectories", "FILE", TRAIN_PANEL)] = None,
+    steps: Annotated[int, _flag("steps", "N", TRAIN_PANEL)] = _default("steps"),
+    model: Annotated[str, _flag("model", "MODEL", MODEL_PANEL)] = _default("model"),
+    lr: Annotated[float, _flag("lr", "LR", MODEL_PANEL)] = _default("lr"),
+    lora: Annotated[bool, typer.Option("--lora/--no-lora", help=_help("lora"),
+                                       rich_help_panel=MODEL_PANEL)] = _default("lora"),
+    group_size: Annotated[int, _flag("group_size", "N", STEP_PANEL)] = _default("group_size"),
+    episodes_per_step: Annotated[int, _flag("episodes_per_step", "N", STEP_PANEL)] = _default("episodes_per_step"),
+    max_turns: Annotated[int | None, _flag("max_turns", "N", STEP_PANEL)] = None,
+    turn_budget: Annotated[int | None, _flag("turn_budget", "N", STEP_PANEL)] = None,
+    max_tokens: Annotated[int, _flag("max_tokens", "N", STEP_PANEL)] = _default("max_tokens"),
+    temperature: Annotated[float, _flag("temperature", "T", STEP_PANEL)] = _default("temperature"),
+    base_url: Annotated[str | None, _flag("base_url", "URL", SERVER_PANEL)] = None,
+    api_key: Annotated[str, _flag("api_key", "KEY", SERVER_PANEL)] = _default("api_key"),
+    engine: Annotated[str, _flag("engine", "NAME", SERVER_PANEL)] = _default("engine"),
+    out: Annotated[str, _flag("out", "DIR", OUTPUT_PANEL)] = _default("out"),
+    resume: Annotated[bool, _flag("resume", "", OUTPUT_PANEL)] = _default("resume"),
+    seed: Annotated[int, _flag("seed", "N", OUTPUT_PANEL)] = _default("seed"),
+    tensorboard: Annotated[bool, _flag("tensorboard", "", OUTPUT_PANEL)] = _default("tensorboard"),
+    wandb: Annotated[bool, _flag("wandb", "", OUTPUT_PANEL)] = _default("wandb"),
+    config_file: Annotated[Path | None, typer.Option(
+        "--config", metavar="FILE", help="YAML file of settings (sections or flat names); the flags given "
+        "override it.", rich_help_panel=SETTINGS_PANEL)] = None,
+    assignments: Annotated[list[str], typer.Option(
+        "--set", "-s", metavar="NAME=VALUE", help="Any setting (VALUE read as YAML), e.g. -s loss.kl_coef=0.05; "
+        "repeatable.", rich_help_panel=SETTINGS_PANEL)] = [],  # noqa: B006
+    settings: Annotated[bool, typer.Option(
+        "--settings", help="List every setting with its default and meaning, then exit.",
+        rich_help_panel=SETTINGS_PANEL)] = False,
 ) -> None:
-    """Train a model on an env with RL (GRPO), on rollout files (SFT), or from a teacher (distill); log,
-    checkpoint, push weights."""
+    """Train a model with grpo, ppo, dpo, sft or distill, on an env or on rollout files.
+
+    grpo, ppo: learn from the episodes they play (ppo with a critic).
+    dpo: from pairs of episodes of a group, or from a pairs file.
+    sft: from the successful episodes of rollout files.
+    distill: from a teacher's token distributions.
+    """
     if settings:
         _print_settings()
         return
-    flags: dict[str, Any] = {
+    values: dict[str, Any] = {
         "env_id": env_id, "trainer": trainer, "backend": backend, "model": model, "base_url": base_url,
         "api_key": api_key, "engine": engine, "steps": steps, "group_size": group_size,
         "episodes_per_step": episodes_per_step, "max_turns": max_turns, "turn_budget": turn_budget,
-        "max_tokens": max_tokens,
-        "temperature": temperature, "lr": lr, "seed": seed, "out": str(out) if out else None,
-        "trajectories": str(trajectories) if trajectories else None, "lora": lora,
-        "resume": resume or None, "tensorboard": tensorboard or None, "wandb": wandb or None,
-        "env_kwargs": parse_env_kwargs(env_kwarg) or None,
+        "max_tokens": max_tokens, "temperature": temperature, "lr": lr, "seed": seed, "out": out,
+        "trajectories": trajectories, "lora": lora, "resume": resume, "tensorboard": tensorboard, "wandb": wandb,
     }
+    # Only the flags given: a flag left out keeps the --config file's value (or the default).
+    flags = {name: value for name, value in values.items() if _given(ctx, name)}
+    if env_kwarg:
+        flags["env_kwargs"] = parse_env_kwargs(env_kwarg)
     flags.update(parse_env_kwargs(assignments, option="--set"))
     try:
         config = _load_config(config_file, flags)
+        _check_before_starting(config)
         result = _dispatch(config)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
@@ -85,6 +126,12 @@ def train_command(
         raise fail("Interrupted. Continue the run with the same flags and --resume.") from None
     if _is_main_process():
         _print_result(config, result)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the flag of parameter ``name`` was on the command line (not its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
 
 
 def _print_settings() -> None:
@@ -112,26 +159,42 @@ def _load_config(config_file: Path | None, flags: dict[str, Any]) -> Any:
 
     if config_file is not None:
         return TrainConfig.from_yaml(config_file, flags)
-    return TrainConfig.from_dict({key: value for key, value in flags.items() if value is not None})
+    return TrainConfig.from_dict(flags)
+
+
+def _check_before_starting(config: Any) -> None:
+    """Every name the run will look up, checked now with the registries' own lookups, so a typo
+    fails in a second, before any model is loaded or any server started (the settings themselves
+    were checked as ``config`` was read)."""
+    from agentgym.models import resolve_model
+    from agentgym.trainers.registry import trainer_spec
+
+    trainer_spec(config.run.trainer).entry_point(config.run.backend)  # the trainer, then its backend
+    if config.rollout.env_id is not None:
+        make_env(config.rollout.env_id, config.rollout.env_kwargs).close()  # the id, its arguments, their values
+    resolve_model(config.model.model)
+    if config.distill.teacher is not None:
+        resolve_model(config.distill.teacher, option="-s teacher")
+    if config.rollout.trajectories is not None:
+        from agentgym.rollout.storage import parquet_schema
+        from agentgym.trainers.loop.sources import trajectory_files
+
+        for path in trajectory_files(config.rollout.trajectories):
+            if path.suffix == ".parquet":  # dpo also reads JSON-lines pairs files: only this name promises Parquet
+                parquet_schema(path)
 
 
 def _dispatch(config: Any) -> Any:
     """Run the trainer through the run skeleton."""
     import transformers
 
-    from agentgym.models import resolve_model
     from agentgym.trainers.registry import trainer_spec
     from agentgym.trainers.loop.run import check_run_folder, train
-    from agentgym.trainers.loop.sources import trajectory_files
 
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break the live bar
     main = _is_main_process()
     run = config.run
-    # A mistyped model or file, or a used run folder: one line, before the banner.
-    resolve_model(config.model.model)
-    check_run_folder(Path(run.out), config)
-    if config.rollout.trajectories is not None:
-        trajectory_files(config.rollout.trajectories)
+    check_run_folder(Path(run.out), config)  # a used run folder: one line, before the banner
     backend = run.backend or f"{trainer_spec(run.trainer).default_backend}, its default backend"
     if main:
         console.print(f"Training {escape(config.model.model)} on "

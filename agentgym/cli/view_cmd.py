@@ -10,16 +10,17 @@ from rich.text import Text
 
 from agentgym.cli.common import console, fail
 from agentgym.cli.rollout_cmd import print_episode
+from agentgym.errors import AgentGymError
 from agentgym.rollout.rows import TrajectoryRow
 
-__all__ = ["view_command"]
+__all__ = ["TOKEN_STYLES", "token_legend", "view_command"]
 
 
 def view_command(
     path: Annotated[Path, typer.Argument(metavar="FILE", help="A Parquet file written by agentgym rollout.")],
     episode: Annotated[str | None, typer.Option(help="Only the episode whose id contains this text.")] = None,
     limit: Annotated[int, typer.Option(help="Print at most this many episodes.")] = 5,
-    tokens: Annotated[bool, typer.Option(help="Show the token ids' text: sampled (green), played but not learned (yellow), env (dim).")] = False,
+    tokens: Annotated[bool, typer.Option(help="Also show each episode's tokens, coloured by who wrote them (a legend says which is which).")] = False,
     model: Annotated[str, typer.Option(help="Tokenizer to decode --tokens with.")] = "tiny",
 ) -> None:
     """Print recorded episodes as readable conversations."""
@@ -27,10 +28,15 @@ def view_command(
 
     if not path.exists():
         raise fail(f"{path} does not exist: give a file written by `agentgym rollout --out`.")
-    rows = [row for row in read_rows(path) if episode is None or episode in row.episode_id]
+    try:
+        rows = [row for row in read_rows(path) if episode is None or episode in row.episode_id]
+    except AgentGymError as exc:  # not a rollout file: one line that says what it is
+        raise fail(str(exc)) from exc
     if not rows:
         raise fail(f"no episode in {path}" + (f" matches {episode!r}." if episode else "."))
     decode = _decoder(model) if tokens else None
+    if decode is not None:
+        console.print(token_legend())
     for row in rows[:limit]:
         print_episode(row)
         if decode is not None:
@@ -47,11 +53,25 @@ def _decoder(model: str):  # -> Callable[[list[int]], str]
     return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
 
 
+#: the colours of --tokens: (style, what the tokens are), one source for the view and its legend
+TOKEN_STYLES = {"learned": ("bold green", "green: sampled and learned"),
+                "unlearned": ("yellow", "yellow: played, not learned (e.g. DAgger's expert moves)"),
+                "env": ("dim", "dim: the prompt and the env's replies")}
+
+
+def token_legend() -> Text:
+    """The line above --tokens' episodes that says what each colour is."""
+    legend = Text("tokens: ")
+    for index, (style, meaning) in enumerate(TOKEN_STYLES.values()):
+        legend.append(("; " if index else "") + meaning, style=style)
+    return legend
+
+
 def _token_view(row: TrajectoryRow, decode) -> Text:  # noqa: ANN001
     """The row's tokens as text, each run coloured by who wrote it: sampled and learned
     (green), played but not learned (yellow: a turn with mask 0, e.g. DAgger's), the env (dim)."""
     text = Text()
-    text.append(decode(row.prompt_ids), style="dim")
+    text.append(decode(row.prompt_ids), style=TOKEN_STYLES["env"][0])
     mask = row.completion_mask
     unlearned = [0] * len(mask)
     for span in row.turns:
@@ -60,7 +80,8 @@ def _token_view(row: TrajectoryRow, decode) -> Text:  # noqa: ANN001
     start = 0
     for end in range(1, len(mask) + 1):
         if end == len(mask) or (mask[end], unlearned[end]) != (mask[start], unlearned[start]):
-            style = "bold green" if mask[start] else "yellow" if unlearned[start] else "dim"
+            kind = "learned" if mask[start] else "unlearned" if unlearned[start] else "env"
+            style = TOKEN_STYLES[kind][0]
             text.append(decode(row.completion_ids[start:end]), style=style)
             start = end
     return text

@@ -88,15 +88,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("AGENTGYM_CACHE") or Path.home() / ".cache" / "agentgym")
 
 
-def resolve_model(name: str) -> str:
+def resolve_model(name: str, *, option: str = "--model") -> str:
     """A folder for a ``tiny`` name (built on first use); a model folder or a hub id unchanged.
 
     A name written as a path (``/x``, ``./x``, ``~/x``, ``a/b/c``) that does not exist is a
-    :class:`ConfigError` here, not a transformers traceback later.
+    :class:`ConfigError` here, not a transformers traceback later; its message names ``option``,
+    the flag or setting the name came from.
     """
     spec = tiny_spec(name)
     if spec is None:
-        _check_local(name)
+        _check_local(name, option)
         return name
     folder = cache_root() / "models" / spec.folder_name
     if not (folder / "config.json").exists():
@@ -104,13 +105,13 @@ def resolve_model(name: str) -> str:
     return str(folder)
 
 
-def _check_local(name: str) -> None:
+def _check_local(name: str, option: str) -> None:
     path = Path(name).expanduser()
     first = name.split("/", 1)[0]
     looks_local = (name.startswith(("/", ".", "~")) or name.count("/") > 1
                    or ("/" in name and Path(first).is_dir()))  # runs/x: a run folder here, not a hub org
     if looks_local and not path.exists():
-        raise ConfigError(f"--model {name!r} does not exist. Give a folder a run saved (e.g. runs/x/final), "
+        raise ConfigError(f"{option} {name!r} does not exist. Give a folder a run saved (e.g. runs/x/final), "
                           "'tiny' (built locally), or a Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct.")
 
 

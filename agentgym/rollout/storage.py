@@ -38,19 +38,65 @@ import pyarrow.parquet as pq
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import ARROW_SCHEMA, DERIVED_COLUMNS, TrajectoryRow, derive_turns
 
-__all__ = ["RolloutWriter", "check_same_run", "done_episodes", "load_rollouts", "read_rows", "read_table"]
+__all__ = ["ROLLOUT_FILE_HINT", "RolloutWriter", "check_same_run", "done_episodes", "load_rollouts",
+           "parquet_schema", "read_rows", "read_table"]
 
 #: the key-value metadata key of every file: {"run": identity, "merged_parts": [names]}
 _META_KEY = b"agentgym"
 _PART = re.compile(r"part-(\d+)\.parquet")
+#: the columns a rollout file must hold (the derived ones are filled in for older files)
+_NEEDED_COLUMNS = [field.name for field in ARROW_SCHEMA if field.name not in DERIVED_COLUMNS]
+#: how every "not a rollout file" message ends: what one is and how to make one
+ROLLOUT_FILE_HINT = ("a rollout file is the Parquet file `agentgym rollout --env ENV --out FILE` "
+                     "(or `agentgym eval --episodes-out FILE`) writes")
 
 
 def _parts_dir(out: Path) -> Path:
     return out.with_name(out.name + ".parts")
 
 
+def parquet_schema(file: str | Path) -> pa.Schema:
+    """``file``'s Parquet schema; a :class:`ConfigError` naming the file, what it holds instead
+    and what a rollout file is, when it is not a Parquet file."""
+    try:
+        return pq.read_schema(file)
+    except (pa.ArrowException, OSError):  # ArrowInvalid: no Parquet footer; OSError: a folder, gone
+        raise ConfigError(f"{file} {_what_is_there(Path(file))}; {ROLLOUT_FILE_HINT}.") from None
+
+
+def _what_is_there(file: Path) -> str:
+    """What a file that is not Parquet is: missing, a folder, empty, cut short, text, other bytes."""
+    if not file.exists():
+        return "does not exist"
+    if file.is_dir():
+        return "is a folder, not a Parquet file"
+    with file.open("rb") as handle:
+        head = handle.read(64)
+    if not head:
+        return "is empty, not a Parquet file"
+    if head.startswith(b"PAR1"):
+        return "is a Parquet file cut short (no footer: still being written, or copied in part)"
+    text = head.decode("utf-8", errors="replace").rstrip("\ufffd")  # the 64th byte may cut a character
+    if all(char.isprintable() or char in "\t\r\n" for char in text) and "\ufffd" not in text:
+        first = (text.strip().splitlines() or [""])[0]
+        return f"holds text (starting {first[:40]!r}), not Parquet"
+    return f"is not a Parquet file (it starts with the bytes {head[:8]!r})"
+
+
+def _rollout_schema(file: Path) -> pa.Schema:
+    """``file``'s schema, or a :class:`ConfigError` naming what makes it no rollout file."""
+    schema = parquet_schema(file)
+    missing = [name for name in _NEEDED_COLUMNS if name not in schema.names]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise ConfigError(f"{file} is a Parquet file but not a rollout file: it lacks the columns "
+                          f"{', '.join(missing[:3])}{more}; its columns are {sorted(schema.names)[:8]}; "
+                          f"{ROLLOUT_FILE_HINT}.")
+    return schema
+
+
 def _metadata(file: Path) -> dict[str, Any]:
-    raw = (pq.read_schema(file).metadata or {}).get(_META_KEY)
+    raw = (parquet_schema(file).metadata or {}).get(_META_KEY)
     return json.loads(raw) if raw else {}
 
 
@@ -76,8 +122,9 @@ def read_table(file: str | Path) -> pa.Table:
 
     A file written before rows kept their turns gets ``turns`` and
     ``server_logprobs`` derived here (:func:`~agentgym.rollout.rows.derive_turns`).
+    A file that is no rollout file is a :class:`ConfigError` that says what it is.
     """
-    names = set(pq.read_schema(file).names)
+    names = set(_rollout_schema(Path(file)).names)
     if all(column in names for column in DERIVED_COLUMNS):
         return pq.read_table(file, schema=ARROW_SCHEMA)
     old = [field for field in ARROW_SCHEMA if field.name not in DERIVED_COLUMNS]
@@ -98,6 +145,7 @@ def done_episodes(out: str | Path) -> set[tuple[int, int]]:
     """(group, index in group) of every episode already written."""
     keys = set()
     for file in _existing_files(Path(out)):
+        _rollout_schema(file)
         table = pq.read_table(file, columns=["group_id", "index_in_group"])
         keys.update(zip(table["group_id"].to_pylist(), table["index_in_group"].to_pylist(), strict=True))
     return keys
@@ -123,6 +171,7 @@ def check_same_run(out: str | Path, run: dict[str, Any]) -> None:
     for file in _existing_files(out):
         stored = _metadata(file).get("run")
         if stored is None:
+            _rollout_schema(file)
             envs = set(pq.read_table(file, columns=["env_id"])["env_id"].to_pylist())
             stored = {"--env": envs.pop()} if len(envs) == 1 else {}
         for key, value in run.items():
@@ -164,7 +213,7 @@ class RolloutWriter:
         self.out = Path(out)
         self.flush_seconds = flush_seconds
         self.run = run
-        if not resume and _existing_files(self.out):
+        if not resume and (self.out.exists() or _all_parts(self.out)):
             raise ConfigError(
                 f"{self.out} already exists: pass --resume to continue that run, "
                 "or choose another --out."

@@ -311,3 +311,13 @@ def test_mcnemar_exact_matches_the_binomial_test() -> None:
     assert module.mcnemar_exact(6, 0) == pytest.approx(2 / 64)  # scipy.stats.binomtest(0, 6).pvalue
     assert module.mcnemar_exact(47, 22) == pytest.approx(0.0035, abs=5e-5)
     assert module.mcnemar_exact(22, 47) == module.mcnemar_exact(47, 22)
+
+
+def test_compare_evals_of_a_file_that_is_not_an_eval_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "notes.parquet").write_text("not rows\n")
+    done = subprocess.run([sys.executable, str(COMPARE_EVALS), str(tmp_path / "notes.parquet"),
+                           str(tmp_path / "notes.parquet")], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"error: {tmp_path / 'notes.parquet'} holds text (starting 'not rows'), not "
+                                        "Parquet; a rollout file is the Parquet file `agentgym rollout --env ENV "
+                                        "--out FILE` (or `agentgym eval --episodes-out FILE`) writes."]

@@ -244,19 +244,28 @@ def test_list_names_the_extra_each_env_needs() -> None:
     assert "An env's extra installs with scripts/setup.sh EXTRA" in result.output
 
 
-# -- --help at 80 columns, --version -------------------------------------------------------------
+def test_docs_envs_says_what_list_shows() -> None:
+    """docs/envs.md's catalogue names each env's extra; `agentgym list` shows the same one, and "-" for the
+    envs the doc says run on the base install (the games, and Code)."""
+    import re
+    from pathlib import Path
 
-@pytest.mark.parametrize("command", ["rollout", "eval"])
-def test_help_fits_80_columns_in_groups(command: str) -> None:
-    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"}, terminal_width=80)
-    assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    assert max(len(line) for line in lines) <= 80 and "…" not in result.output  # no option name cut short
-    for panel in ("What to play", "The model", "Output", "Advanced"):
-        assert f"╭─ {panel} " in result.output
-    assert len(lines) < 70, len(lines)
-    assert "--episode-timeout" in result.output and "--base-url" in result.output
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "envs.md").read_text(encoding="utf-8")
+    assert "shows `-` for an env that runs on the base install: the games, and Code" in " ".join(doc.split())
+    result = runner.invoke(app, ["list"], terminal_width=200)
+    needs = {cells[0]: cells[-1] for line in result.output.splitlines()
+             if len(cells := [cell.strip() for cell in line.split("│")[1:-1]]) == 4 and cells[0].endswith("-v0")}
+    rows = [line.split(" | ") for line in doc.splitlines() if line.startswith("| `") and "-LLM-v0` |" in line]
+    for cells in rows:
+        env_id, family, extra = cells[0].strip("| `"), cells[1], cells[-1]
+        base_install = family == "games" or env_id == "Code-LLM-v0"
+        expected = "-" if base_install else f"{re.findall(r'`([^`]+)`', extra)[0]} extra"
+        assert needs[env_id] == expected, (env_id, extra)
+    built_in = {info.id for info in agentgym.list_envs() if info.family != "test"}  # not the suite's fake envs
+    assert {cells[0].strip("| `") for cells in rows} == built_in  # the catalogue has every env
 
+
+# -- --version (the help screens: test_help_screens.py) --------------------------------------------
 
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
@@ -295,3 +304,38 @@ def test_a_server_stopped_by_ctrl_c_while_starting_is_an_interrupt_not_a_fault()
     child.wait()
     with pytest.raises(KeyboardInterrupt):
         wait_for_health(f"http://127.0.0.1:{free_port()}/health", 10.0, child)
+
+
+# -- what eval and rollout wrote, what view --tokens' colours mean (issue 50) ----------------------------
+
+@pytest.mark.parametrize(("command", "flag"), [("rollout", "--out"), ("eval", "--episodes-out")])
+def test_rollout_and_eval_say_where_the_rows_went(command: str, flag: str, tmp_path) -> None:
+    from agentgym.rollout.storage import read_rows
+
+    out = tmp_path / "rollouts" / f"{command}.parquet"  # the folder is made
+    result = runner.invoke(app, [command, "--env", "Bandit-LLM-v0", "--policy", "random", "--episodes", "3",
+                                 flag, str(out), *(["--show", "0"] if command == "rollout" else [])],
+                           terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert f"3 episodes (3 rows) written to {out}; agentgym view {out} replays them." in result.output.splitlines()
+    assert len(read_rows(out)) == 3
+
+
+def test_view_tokens_prints_a_legend_of_its_colours(tmp_path, tiny_model: str) -> None:
+    from rich.text import Text
+
+    from agentgym.cli.view_cmd import TOKEN_STYLES, _token_view, token_legend
+    from agentgym.rollout.storage import read_rows
+
+    out = tmp_path / "rows.parquet"
+    recorded = runner.invoke(app, [*RANDOM, "--env", "Bandit-LLM-v0", "--out", str(out), "--show", "0"])
+    assert recorded.exit_code == 0, recorded.output
+    result = runner.invoke(app, ["view", str(out), "--tokens"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert " ".join(result.output.split()).startswith(
+        "tokens: green: sampled and learned; yellow: played, not learned (e.g. DAgger's expert moves); dim: the "
+        "prompt and the env's replies ")  # before the first episode
+    legend = {span.style for span in token_legend().spans}
+    assert legend == {style for style, _ in TOKEN_STYLES.values()}
+    shown: Text = _token_view(read_rows(out)[0], lambda ids: "x" * len(ids))
+    assert {span.style for span in shown.spans} <= legend  # every colour the view uses is explained

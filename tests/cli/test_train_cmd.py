@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,23 @@ def test_train_offline_then_report(rows_file: Path, tmp_path: Path) -> None:
     report = runner.invoke(app, ["report", str(tmp_path / "run")])
     assert report.exit_code == 0, report.output
     assert (tmp_path / "run" / "report.html").read_text().count("<svg") >= 6
+    left = {path.name for path in (tmp_path / "run").iterdir()}
+    assert left <= run_folder_entries(), left - run_folder_entries()  # docs/training.md names each
+
+
+def run_folder_entries() -> set[str]:
+    """The top-level names docs/training.md's "The run folder" table lists."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    section = doc.split("## The run folder", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {name.split("/")[0] for cell in cells for name in re.findall(r"`([^`]+)`", cell)}
+
+
+def test_the_run_folder_section_documents_the_weights_sync_folder() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text(encoding="utf-8")
+    row = next(line for line in doc.splitlines() if line.startswith("| `sync/` |"))
+    assert "the weights pushed to the server after each step" in row
+    assert {"sync", "config.yaml", "metrics.jsonl", "checkpoints", "final", "reference"} <= run_folder_entries()
 
 
 def test_flags_override_the_config_file(rows_file: Path, tmp_path: Path) -> None:
@@ -69,3 +87,93 @@ def test_bad_flags_say_what_to_do(args: list[str], message: str, tmp_path: Path)
 def test_report_of_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
     result = runner.invoke(app, ["report", str(tmp_path)], terminal_width=300)
     assert result.exit_code == 2 and "has no metrics.jsonl" in result.output
+
+
+# -- a bad --trajectories file: one line, whichever trainer reads it (issue 50) ---------------------
+
+HINT = ("a rollout file is the Parquet file `agentgym rollout --env ENV --out FILE` (or `agentgym eval "
+        "--episodes-out FILE`) writes.")
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Fails the test if a run gets as far as starting the built-in server; the list names what started."""
+    from agentgym.serve.launch import BuiltinServer
+
+    started: list[str] = []
+
+    def launch(self, *args, **kwargs):
+        started.append("server")
+        raise AssertionError("the built-in server was started: a bad name was not caught up front")
+
+    monkeypatch.setattr(BuiltinServer, "__init__", launch)
+    return started
+
+
+def _error_line(result) -> str:
+    """The run failed (exit 2) with one ``error:`` line, no traceback; that line."""
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("trainer", ["grpo", "ppo", "dpo", "sft", "distill"])
+def test_a_text_file_named_parquet_is_one_line_for_every_trainer(trainer: str, tmp_path: Path,
+                                                                nothing_starts: list[str]) -> None:
+    path = tmp_path / "rows.parquet"
+    path.write_text("episode_id,reward\ne0,1.0\n")
+    teacher = ["-s", "teacher=tiny"] if trainer == "distill" else []
+    result = runner.invoke(app, ["train", "--trainer", trainer, "--trajectories", str(path), *teacher,
+                                 "--out", str(tmp_path / "run")], terminal_width=1000)
+    assert _error_line(result) == f"error: {path} holds text (starting 'episode_id,reward'), not Parquet; {HINT}"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("trainer", "kind"), [("grpo", "other columns"), ("sft", "other columns"), ("grpo", "text")])
+def test_a_file_the_trainer_reads_as_rows_is_one_line(trainer: str, kind: str, tmp_path: Path, tiny_model: str,
+                                                      nothing_starts: list[str]) -> None:
+    """Read where the trainer reads its rows (agentgym.rollout.storage.read_rows): the issue's two cases."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if kind == "text":
+        path = tmp_path / "rows.txt"
+        path.write_text("hello\n")
+        what = "holds text (starting 'hello'), not Parquet"
+    else:
+        path = tmp_path / "rows.parquet"
+        pq.write_table(pa.table({"prompt": ["a"], "answer": ["b"]}), path)
+        what = ("is a Parquet file but not a rollout file: it lacks the columns episode_id, group_id, "
+                "index_in_group and 20 more; its columns are ['answer', 'prompt']")
+    result = runner.invoke(app, ["train", "--trainer", trainer, "--trajectories", str(path), "--steps", "1",
+                                 "--out", str(tmp_path / "run")], terminal_width=1000)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {path} {what}; {HINT}"] and "Traceback" not in result.output
+    assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+# -- every name and setting checked before anything starts (issue 50) --------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--env", "Bandit-LLM-vO"], "error: No environment registered as 'Bandit-LLM-vO'. Did you mean 'Bandit-LLM-v0'"),
+    (["--env", "Bandit-LLM-v0", "--trainer", "grop"], "error: No trainer registered as 'grop'. Did you mean 'grpo'?"),
+    (["--env", "Bandit-LLM-v0", "--backend", "jax"], "error: Trainer 'grpo' has no backend 'jax'; it runs on fsdp, trl."),
+    (["--env", "Bandit-LLM-v0", "--trainer", "sft", "--backend", "tlr"], "error: Trainer 'sft' has no backend 'tlr'"),
+    (["--env", "Bandit-LLM-v0", "--model", "./no-such-model"], "error: --model './no-such-model' does not exist."),
+    (["--env", "Bandit-LLM-v0", "--trainer", "distill", "-s", "teacher=./no-such-teacher"],
+     "error: -s teacher './no-such-teacher' does not exist."),
+    (["--env", "Bandit-LLM-v0", "-s", "stepz=3"], "error: Unknown training setting 'stepz'. Did you mean 'steps'?"),
+    (["--env", "Bandit-LLM-v0", "-s", "lr=fast"], "error: Setting optim.lr: Input should be a valid number"),
+    (["--env", "Bandit-LLM-v0", "-k", "arms=3"], "error: Bandit-LLM-v0 has no argument 'arms' (did you mean arm_names?)"),
+    (["--env", "Sokoban-LLM-v0", "-k", "dim_room=banana"], "error: dim_room must be a side (7) or [height, width]"),
+    (["--trajectories", "no-such-rows.parquet"], "error: --trajectories: no such file: no-such-rows.parquet."),
+])
+def test_a_misspelt_name_fails_before_anything_starts(args: list[str], message: str, tmp_path: Path,
+                                                      nothing_starts: list[str]) -> None:
+    result = runner.invoke(app, ["train", *args, "--out", str(tmp_path / "run")], terminal_width=1000)
+    assert _error_line(result).startswith(message)
+    assert nothing_starts == [] and not (tmp_path / "run").exists()

@@ -264,3 +264,63 @@ def test_the_cli_resumes_only_the_same_run(tmp_path: Path) -> None:
     rows = read_rows(out)
     assert sorted(r.key for r in rows) == [(group, 0) for group in range(10)]
     assert {r.env_id for r in rows} == {"Sokoban-LLM-v0"}
+
+
+# -- a file that is not a rollout file: one ConfigError that names it, says what it is and what to give ---
+
+HINT = ("a rollout file is the Parquet file `agentgym rollout --env ENV --out FILE` (or `agentgym eval "
+        "--episodes-out FILE`) writes.")
+
+
+def _not_rollout_files(folder: Path) -> dict[str, tuple[Path, str]]:
+    """Files a user might pass as a rollout file, each with what the error must say it is."""
+    good = folder / "good.parquet"
+    with RolloutWriter(good) as writer:
+        writer.add([row(0, 0)])
+    cut = folder / "cut.parquet"
+    cut.write_bytes(good.read_bytes()[:200])  # a copy that did not finish: the magic, no footer
+    (folder / "notes.txt").write_text("hello world\nsecond line\n")
+    (folder / "renamed.parquet").write_text("episode_id,reward\ne0,1.0\n")
+    (folder / "empty.parquet").write_bytes(b"")
+    (folder / "archive.parquet").write_bytes(b"PK\x03\x04\x14\x00\x00\x00" + bytes(range(200)))
+    pq.write_table(pa.table({"text": ["a"], "label": [1]}), folder / "other.parquet")
+    (folder / "a-folder.parquet").mkdir()
+    return {
+        "text": (folder / "notes.txt", "holds text (starting 'hello world'), not Parquet"),
+        "text named .parquet": (folder / "renamed.parquet", "holds text (starting 'episode_id,reward'), not Parquet"),
+        "empty": (folder / "empty.parquet", "is empty, not a Parquet file"),
+        "cut short": (cut, "is a Parquet file cut short (no footer: still being written, or copied in part)"),
+        "other bytes": (folder / "archive.parquet", r"is not a Parquet file (it starts with the bytes b'PK\x03\x04\x14\x00\x00\x00')"),
+        "other columns": (folder / "other.parquet", "is a Parquet file but not a rollout file: it lacks the columns "
+                          "episode_id, group_id, index_in_group and 20 more; its columns are ['label', 'text']"),
+        "folder": (folder / "a-folder.parquet", "is a folder, not a Parquet file"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["text", "text named .parquet", "empty", "cut short", "other bytes", "other columns",
+                                  "folder"])
+def test_a_file_that_is_not_a_rollout_file_is_one_config_error(kind: str, tmp_path: Path) -> None:
+    path, what = _not_rollout_files(tmp_path)[kind]
+    with pytest.raises(ConfigError) as raised:
+        read_rows(path)
+    assert str(raised.value) == f"{path} {what}; {HINT}"
+    with pytest.raises(ConfigError, match="rollout file is the Parquet file"):  # --resume reads it too
+        done_episodes(path)
+
+
+def test_an_existing_non_rollout_out_still_says_it_exists(tmp_path: Path) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_text("keep me")
+    with pytest.raises(ConfigError, match="already exists: pass --resume"):
+        RolloutWriter(out)
+    with pytest.raises(ConfigError, match="holds text"):
+        RolloutWriter(out, resume=True, run={"--env": "Bandit-LLM-v0"})
+    assert out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("kind", ["text named .parquet", "other columns"])
+def test_view_says_what_the_file_is_in_one_line(kind: str, tmp_path: Path) -> None:
+    path, what = _not_rollout_files(tmp_path)[kind]
+    result = CliRunner().invoke(app, ["view", str(path)], terminal_width=1000)
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: {path} {what}; {HINT}\n"
