@@ -126,7 +126,7 @@ def _register_external() -> None:
     )
     register_source(
         "verifiers", "Verifiers-LLM-v0", f"{external}.verifiers_env:VerifiersEnv", argument="name",
-        description="A verifiers environment (load_environment with the -k arguments), scored by its rubric.",
+        description="A verifiers environment (-k: its load_environment arguments), scored by its rubric.",
         example="verifiers:NAME", tags=("remote", "verifiers"), extra="interop",
     )
 

@@ -21,6 +21,7 @@ The models follow :mod:`agentgym.interop.textwire`; ``info`` is made JSON-safe w
 
 from __future__ import annotations
 
+import argparse
 import functools
 import signal
 import threading
@@ -41,13 +42,13 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
 
 import agentgym
-from agentgym.errors import ServerStartError
+from agentgym.errors import AgentGymError, ServerStartError
 from agentgym.interop.textwire import jsonable
-from agentgym.registry import env_info
+from agentgym.registry import env_argument_error, env_info
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_MAX_SESSIONS", "AgentGymAction", "AgentGymEnvClient",
            "AgentGymEnvironment", "AgentGymObservation", "AgentGymState", "OpenEnvServerThread",
-           "create_openenv_app", "serve_openenv"]
+           "create_openenv_app", "main", "serve_openenv"]
 
 #: Sessions (WebSocket connections, one env each) served at once.
 DEFAULT_MAX_SESSIONS = 64
@@ -188,6 +189,36 @@ def serve_openenv(env_id: str, env_kwargs: dict[str, Any] | None = None, *, host
 
 def _ignore(signum: int, frame: object) -> None:
     """A signal handler that does nothing (see :func:`serve_openenv`)."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m agentgym.interop ENV [-k KEY=VALUE]... [--port P]``: the env server image's
+    entry point. People run ``agentgym env serve``; the image has no rollout stack, which the
+    ``agentgym`` command imports when it starts, so its entry point does without the command."""
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m agentgym.interop", description=main.__doc__)
+    parser.add_argument("env_id", metavar="ENV")
+    parser.add_argument("-k", "--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
+                        help="env constructor argument, VALUE read as YAML; repeatable")
+    parser.add_argument("--host", default="0.0.0.0", help="interface (the container's own network)")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS)
+    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, help="0: never")
+    args = parser.parse_args(argv)
+    kwargs = {}
+    for pair in args.env_kwarg:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"-k takes KEY=VALUE, got {pair!r}")
+        kwargs[key.strip()] = yaml.safe_load(value)
+    try:
+        serve_openenv(args.env_id, kwargs, host=args.host, port=args.port, max_sessions=args.max_sessions,
+                      idle_timeout=args.idle_timeout or None)
+    except AgentGymError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    except (TypeError, ValueError) as exc:  # an argument the env does not take, a value it cannot use
+        parser.exit(2, f"error: {env_argument_error(args.env_id, kwargs, exc)}\n")
 
 
 class OpenEnvServerThread:

@@ -32,7 +32,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from agentgym.errors import ConfigError, RemoteEnvError
 
-__all__ = ["OpenEnvSession", "get_json", "http_url", "ws_url"]
+__all__ = ["MAX_MESSAGE_BYTES", "OpenEnvSession", "get_json", "http_url", "ws_url"]
 
 #: The largest message read from a server (OpenEnv's own client allows 100 MB).
 MAX_MESSAGE_BYTES = 64 * 2**20

@@ -23,7 +23,7 @@ from agentgym.core import MAX_OBSERVATION_CHARS, check_number, clean_observation
 from agentgym.errors import EnvUsageError, ResetNeeded
 from agentgym.spaces import TextSpace
 
-__all__ = ["RemoteStep", "RemoteTextEnv"]
+__all__ = ["MAX_REMOTE_ACTION_CHARS", "RemoteStep", "RemoteTextEnv"]
 
 #: The longest action sent: the other side cuts to its own limit (agentgym's: 64k characters).
 MAX_REMOTE_ACTION_CHARS = 1_000_000
