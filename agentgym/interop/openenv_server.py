@@ -171,7 +171,7 @@ class _QuietDisconnect:
 
 def serve_openenv(env_id: str, env_kwargs: dict[str, Any] | None = None, *, host: str = "127.0.0.1",
                   port: int = 8000, max_sessions: int = DEFAULT_MAX_SESSIONS,
-                  idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, log_level: str = "info") -> None:
+                  idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT, log_level: str = "warning") -> None:
     """Serve ``env_id`` over OpenEnv's protocol until SIGINT or SIGTERM (blocks)."""
     import uvicorn
 

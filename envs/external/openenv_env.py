@@ -32,9 +32,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.core import check_number, utf8_safe
 from agentgym.envs.external.openenv_wire import OpenEnvSession, get_json, http_url
 from agentgym.envs.external.remote import RemoteStep, RemoteTextEnv
+
+from agentgym.core import check_number, utf8_safe
 from agentgym.errors import ConfigError, RemoteEnvError
 from agentgym.interop import textwire
 
@@ -159,8 +160,8 @@ class OpenEnvEnv(RemoteTextEnv):
         check_number("timeout", timeout, minimum=0.001, integer=False)
         if reset_args is not None and not isinstance(reset_args, dict):
             raise ConfigError(f"reset_args must be a mapping of reset() arguments, got {reset_args!r}.")
-        self.options = dict(action_field=action_field, json_actions=bool(json_actions),
-                            observation_field=observation_field)
+        self.options = {"action_field": action_field, "json_actions": bool(json_actions),
+                        "observation_field": observation_field}
         self.given_instructions = instructions
         self.reset_args = dict(reset_args or {})
         self.timeout = float(timeout)

@@ -38,8 +38,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from agentgym.core import check_number
 from agentgym.envs.external.remote import RemoteStep, RemoteTextEnv
+
+from agentgym.core import check_number
 from agentgym.errors import ConfigError, MissingDependencyError, RemoteEnvError
 
 __all__ = ["VerifiersEnv", "load_verifiers_env"]
@@ -270,7 +271,7 @@ class VerifiersEnv(RemoteTextEnv):
     def _output(self, done: concurrent.futures.Future[Any]) -> dict[str, Any]:
         try:
             output = done.result()
-        except (concurrent.futures.CancelledError, Exception) as exc:  # noqa: BLE001  (its code, any error)
+        except (concurrent.futures.CancelledError, Exception) as exc:
             raise RemoteEnvError(f"{self.name}'s rollout failed: {type(exc).__name__}: {exc}") from exc
         if output.get("error"):
             raise RemoteEnvError(f"{self.name}'s rollout failed: {self._failure(done)}")
@@ -305,9 +306,10 @@ class VerifiersEnv(RemoteTextEnv):
         tools = getattr(self.vf_env, "tool_defs", None) or []
         if not tools:
             return []
-        lines = ["# Tools", "Call a tool by writing, in your message, "
-                 '<tool_call>{"name": "NAME", "arguments": {...}}</tool_call>. Its output comes back '
-                 "in the next message; a message with no tool call is your final answer."]
+        how = ('Call a tool by writing, in your message, <tool_call>{"name": "NAME", "arguments": {...}}'
+               "</tool_call>. Its output comes back in the next message; a message with no tool call is "
+               "your final answer.")
+        lines = ["# Tools", how]
         for tool in tools:
             lines.append(f"- {_field(tool, 'name')}: {_field(tool, 'description')} Arguments (JSON "
                          f"schema): {json.dumps(_field(tool, 'parameters'))}")

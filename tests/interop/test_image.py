@@ -28,8 +28,9 @@ def test_the_image_carries_the_serving_stack_but_not_the_web_ui() -> None:
 @pytest.mark.slow
 def test_a_container_serves_an_env_as_gym_make_plays_it() -> None:
     require_docker()
-    from agentgym.interop.image import build_env_image
     from agentgym.sandbox.docker import connect
+
+    from agentgym.interop.image import build_env_image
 
     port = free_port()
     with contextlib.closing(connect()) as api:

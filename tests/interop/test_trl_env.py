@@ -21,7 +21,7 @@ def test_the_class_plays_the_env_as_gym_make_does() -> None:
     assert env.reset(seed=7, prompt=[]) == local.reset(seed=7)[0]
     total = 0.0
     for move in (MOVE, "nonsense", "<answer>Left</answer>"):
-        observation, reward, terminated, truncated, _ = local.step(move)
+        observation, reward, *_ = local.step(move)
         total += float(reward)
         assert env.act(move) == observation
     assert env.get_reward() == pytest.approx(total)

@@ -135,13 +135,6 @@ def test_a_bad_id_is_one_line(env_id: str, message: str) -> None:
     assert "\n" not in str(caught.value)
 
 
-def test_the_cli_names_a_bad_id_in_one_line() -> None:
-    result = subprocess.run([sys.executable, "-m", "agentgym", "play", "openenv:ftp://x"],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and "not the URL of an OpenEnv server" in result.stderr
-
-
 def test_an_unreachable_server_fails_the_reset_not_the_make() -> None:
     env = agentgym.make(f"openenv:http://127.0.0.1:{free_port()}", timeout=2)
     with pytest.raises(RemoteEnvError, match="Is the server running"):
