@@ -22,6 +22,7 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
     ├── BrowserError           a web page could not be fetched, or a browser backend could not start
     ├── JudgeError             an LLM judge's server refused or kept failing a request
     ├── RolloutWorkerError     a Ray actor playing episodes died or failed (rows already sent are kept)
+    ├── RemoteEnvError         an env from outside (an OpenEnv server, a verifiers env) failed mid-episode
     └── ServeError             the built-in server refused a request (HTTP status, param)
         ├── InvalidRequestError  a field of the request is invalid (400)
         │   ├── ModelNotFoundError   no model or adapter is served under that name (404)
@@ -55,6 +56,7 @@ __all__ = [
     "PluginLoadWarning",
     "PolicyError",
     "RegistryError",
+    "RemoteEnvError",
     "ResetNeeded",
     "RolloutWorkerError",
     "SandboxError",
@@ -199,6 +201,16 @@ class RolloutWorkerError(AgentGymError, RuntimeError):
 
     The rows it and the other actors streamed back before are already with the
     driver's writer; ``--resume`` plays only the rest.
+    """
+
+
+class RemoteEnvError(AgentGymError, RuntimeError):
+    """An env that lives outside agentgym failed: an OpenEnv server dropped its WebSocket,
+    did not answer in time, answered what cannot be read (not UTF-8, not JSON) or with a
+    schema that has no text mapping; a verifiers env raised or stalled.
+
+    Raised by ``reset`` or ``step``, so the rollout manager records the episode as failed,
+    with this message as its error, and plays on.
     """
 
 

@@ -16,6 +16,11 @@ function that calls :func:`register`, or a module that does so on import::
 ``import agentgym`` loads them all; a plugin that fails is reported with a
 :class:`~agentgym.errors.PluginLoadWarning` and in :func:`plugin_failures`,
 and the other envs still work.
+
+Envs from outside are reached through a *source*: ``openenv:http://127.0.0.1:8000``
+or ``verifiers:NAME`` is an id wherever one is taken (:func:`make`, :func:`env_info`,
+``--env``). :func:`register_source` names the scheme, the Gymnasium id that plays it and
+the constructor argument the rest of the id fills; :func:`list_sources` lists them.
 """
 
 from __future__ import annotations
@@ -38,17 +43,20 @@ from agentgym.errors import ConfigError, DuplicateEnvError, PluginLoadWarning, U
 __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvInfo",
+    "EnvSource",
     "env_arguments",
     "env_argument_error",
     "KNOWN_NEEDS",
     "PluginFailure",
     "env_info",
     "list_envs",
+    "list_sources",
     "load_entry_points",
     "load_plugins",
     "make",
     "plugin_failures",
     "register",
+    "register_source",
     "suggest",
 ]
 
@@ -75,6 +83,22 @@ class EnvInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class EnvSource:
+    """A scheme of ids for envs from outside: ``SCHEME:REST`` makes ``gym_id`` with
+    ``argument=REST`` (``openenv:URL`` makes ``OpenEnv-LLM-v0`` with ``base_url=URL``)."""
+
+    scheme: str
+    gym_id: str
+    entry_point: str
+    argument: str
+    description: str
+    #: how an id of this scheme is written, for ``agentgym list`` (``openenv:URL``)
+    example: str
+    tags: tuple[str, ...] = ()
+    extra: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PluginFailure:
     """A plugin entry point that raised while loading."""
 
@@ -84,6 +108,8 @@ class PluginFailure:
 
 
 _ENVS: dict[str, EnvInfo] = {}
+_SOURCES: dict[str, EnvSource] = {}
+_SCHEME = re.compile(r"^[a-z][a-z0-9_]*$")
 _LOADED_PLUGINS: set[str] = set()
 _FAILURES: list[PluginFailure] = []
 _source = "agentgym"
@@ -145,8 +171,64 @@ def register(
     return info
 
 
+def register_source(
+    scheme: str,
+    gym_id: str,
+    entry_point: str,
+    *,
+    argument: str,
+    description: str,
+    example: str,
+    tags: tuple[str, ...] | list[str] = (),
+    extra: str | None = None,
+) -> EnvSource:
+    """Make ``SCHEME:REST`` an env id: the env ``entry_point`` built with ``argument=REST``.
+
+    ``gym_id`` is registered with Gymnasium too (not in :func:`list_envs`, since it needs
+    its argument), so ``gym.make("agentgym:" + gym_id, **{argument: REST})`` works without
+    agentgym's own :func:`make`. Registering the same source again is a no-op.
+    """
+    if not _SCHEME.match(scheme):
+        raise ConfigError(f"A source scheme is lower-case letters, digits and _, got {scheme!r}.")
+    source = EnvSource(scheme, gym_id, entry_point, argument, description, example, tuple(tags), extra)
+    existing = _SOURCES.get(scheme)
+    if existing is not None and existing != source:
+        raise DuplicateEnvError(f"The source {scheme!r} is registered already as {existing.entry_point}.")
+    if existing is None:
+        gym.register(id=gym_id, entry_point=entry_point)
+        _SOURCES[scheme] = source
+    return source
+
+
+def list_sources() -> list[EnvSource]:
+    """The registered sources of envs from outside, by scheme."""
+    return sorted(_SOURCES.values(), key=lambda source: source.scheme)
+
+
+def _split_source(env_id: str) -> tuple[EnvSource, str] | None:
+    """``(source, rest)`` when ``env_id`` is ``SCHEME:REST`` of a registered source."""
+    scheme, sep, rest = env_id.partition(":")
+    source = _SOURCES.get(scheme) if sep else None
+    if source is None:
+        return None
+    if not rest.strip():
+        raise ConfigError(f"{env_id!r} names no env after {scheme}:; write it as {source.example}.")
+    return source, rest.strip()
+
+
+def _source_info(env_id: str, source: EnvSource, rest: str) -> EnvInfo:
+    return EnvInfo(id=env_id, entry_point=source.entry_point, family=source.scheme,
+                   description=source.description, tags=source.tags, kwargs={source.argument: rest},
+                   source=source.scheme, extra=source.extra)
+
+
 def suggest(env_id: str, limit: int = 3) -> list[str]:
     """Registered ids close to ``env_id``, case-insensitively."""
+    scheme, sep, rest = env_id.partition(":")
+    if sep and scheme not in _SOURCES and scheme != "agentgym":
+        close = difflib.get_close_matches(scheme.lower(), list(_SOURCES), n=1, cutoff=0.6)
+        if close:
+            return [f"{close[0]}:{rest}"]
     by_lower = {known.lower(): known for known in _ENVS}
     wanted = env_id.lower()
     if wanted in by_lower:
@@ -160,6 +242,9 @@ def suggest(env_id: str, limit: int = 3) -> list[str]:
 
 def env_info(env_id: str) -> EnvInfo:
     """The metadata of ``env_id``; :class:`UnknownEnvError` says what was meant."""
+    split = _split_source(env_id)
+    if split is not None:
+        return _source_info(env_id, *split)
     info = _ENVS.get(env_id)
     if info is None:
         raise UnknownEnvError(env_id, suggest(env_id))
@@ -177,7 +262,14 @@ def list_envs(*, family: str | None = None, tag: str | None = None) -> list[EnvI
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:
-    """``gym.make`` for agentgym ids, with "did you mean" for a misspelt id."""
+    """``gym.make`` for agentgym ids, with "did you mean" for a misspelt id; an id of a
+    source (``openenv:URL``) makes the source's env with the rest of the id as its argument."""
+    split = _split_source(env_id)
+    if split is not None:
+        source, rest = split
+        if source.argument in kwargs:
+            raise ConfigError(f"{env_id} sets {source.argument} already; leave -k {source.argument}= out.")
+        return gym.make(source.gym_id, **{source.argument: rest}, **kwargs)
     env_info(env_id)
     return gym.make(env_id, **kwargs)
 

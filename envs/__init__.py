@@ -7,7 +7,7 @@ math, code, retrieval and web follow).
 
 from __future__ import annotations
 
-from agentgym.registry import register
+from agentgym.registry import register, register_source
 
 __all__ = ["register_builtin_envs"]
 
@@ -21,6 +21,7 @@ def register_builtin_envs() -> None:
     _register_code()
     _register_retrieval()
     _register_web()
+    _register_external()
 
 
 def _register_games() -> None:
@@ -112,6 +113,21 @@ def _register_web() -> None:
         "WebShop-LLM-v0", "agentgym.envs.web.env:WebShopEnv", family="web",
         description="Buy what a shopper asks for in a web shop served on 127.0.0.1.",
         tags=("web", "browser", "multi-turn", "shopping"), extra="web",
+    )
+
+
+def _register_external() -> None:
+    external = "agentgym.envs.external"
+    # "remote": a step waits on another process or event loop (the rollout manager's thread pool).
+    register_source(
+        "openenv", "OpenEnv-LLM-v0", f"{external}.openenv_env:OpenEnvEnv", argument="base_url",
+        description="An env on a running OpenEnv server (WebSocket session), mapped to text.",
+        example="openenv:http://HOST:PORT", tags=("remote", "openenv"), extra="interop",
+    )
+    register_source(
+        "verifiers", "Verifiers-LLM-v0", f"{external}.verifiers_env:VerifiersEnv", argument="name",
+        description="A verifiers environment (-k: its load_environment arguments), scored by its rubric.",
+        example="verifiers:NAME", tags=("remote", "verifiers"), extra="interop",
     )
 
 

@@ -16,10 +16,12 @@ import agentgym.cli
 import agentgym.models
 import agentgym.rollout
 import agentgym.envs.code
+import agentgym.envs.external
 import agentgym.envs.math
 import agentgym.envs.reasoning
 import agentgym.envs.retrieval
 import agentgym.envs.web
+import agentgym.interop
 import agentgym.rewards
 import agentgym.sandbox
 import agentgym.serve
@@ -36,8 +38,8 @@ _CORE = ["agentgym", "agentgym.core", "agentgym.errors", "agentgym.moves", "agen
 # Every module of the packages below, found rather than listed, so a new one is covered.
 _PACKAGES = [agentgym.cli, agentgym.models, agentgym.rollout, agentgym.sandbox, agentgym.serve,
              agentgym.tools,
-             agentgym.rewards, agentgym.envs.code, agentgym.envs.math, agentgym.envs.reasoning,
-             agentgym.envs.retrieval, agentgym.envs.web, agentgym.trainers,
+             agentgym.rewards, agentgym.interop, agentgym.envs.external, agentgym.envs.code, agentgym.envs.math,
+             agentgym.envs.reasoning, agentgym.envs.retrieval, agentgym.envs.web, agentgym.trainers,
              agentgym.trainers.engines, agentgym.trainers.learners, agentgym.trainers.loop,
              agentgym.trainers.losses, agentgym.trainers.research]
 MODULES = _CORE + [

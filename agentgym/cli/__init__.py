@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from agentgym.cli import (
+    env_cmd,
     envs_cmd,
     eval_cmd,
     export_cmd,
@@ -61,6 +62,7 @@ app.command("train")(train_cmd.train_command)
 app.command("report")(train_cmd.report_command)
 app.command("export")(export_cmd.export_command)
 app.command("eval")(eval_cmd.eval_command)
+app.add_typer(env_cmd.app, name="env")
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from rich.table import Table
 import agentgym
 from agentgym.cli.common import EnvKwargOption, console, make_env, parse_env_kwargs
 from agentgym.core import TextEnv
-from agentgym.registry import plugin_failures
+from agentgym.registry import list_sources, plugin_failures
 
 __all__ = ["list_command", "play_command"]
 
@@ -36,8 +36,14 @@ def list_command(
     for info in envs:
         needs = [*info.needs, *([f"{info.extra} extra"] if info.extra else [])]
         table.add_row(*(escape(text) for text in (info.id, info.family, info.description, ", ".join(needs) or "-")))
+    # Envs from outside: one row per source, its id written as the form to fill in.
+    sources = [source for source in list_sources()
+               if (family is None or family == source.scheme) and (tag is None or tag in source.tags)]
+    for source in sources:
+        needs = f"{source.extra} extra" if source.extra else "-"
+        table.add_row(*(escape(text) for text in (source.example, source.scheme, source.description, needs)))
     console.print(table)
-    if any(info.extra for info in envs):
+    if any(info.extra for info in envs) or any(source.extra for source in sources):
         console.print("An env's extra installs with scripts/setup.sh EXTRA, from the agentgym repository root.")
     for failure in plugin_failures():
         console.print(f"[yellow]plugin {escape(failure.name)} ({escape(failure.value)}) failed: {escape(failure.error)}[/]")

@@ -249,7 +249,10 @@ class EnvManager:
         semaphore = asyncio.Semaphore(self.config.concurrency)
         workers = min(self.config.concurrency, 64)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentgym-env") as pool, _gc_frozen():
-            opener, stepper = Offload(pool), Offload(pool)
+            # An env from outside ("remote": an OpenEnv server, a verifiers rubric) waits
+            # elsewhere on every call: never inline, where it would stall the loop.
+            may_inline = "remote" not in env_info(self.config.env_id).tags
+            opener, stepper = Offload(pool, may_inline=may_inline), Offload(pool, may_inline=may_inline)
             tasks = [self._guarded(group, index, semaphore, opener, stepper) for group, index in keys]
             results = await asyncio.gather(*tasks)
         return [row for rows in results for row in rows]

@@ -153,7 +153,7 @@ def test_fsdp_and_trl_take_the_same_ppo_step(make_row: Any, tmp_path: Any, value
             "micro_batch_size": 3, "value_model": value_model, "gae_level": gae_level, "gae_lambda": 0.9,
             "gamma": 0.99, "clip_low": 10.0, "clip_high": 10.0})
         learner = make_learner(PPOLearner, config, Dist())
-        modules = {"policy": learner.engine.policy(), "critic": learner.engine.critic}
+        modules = {"policy": learner.engine.policy(), "critic": learner.critic}
         before = {key: {n: p.detach().clone() for n, p in m.named_parameters()} for key, m in modules.items()}
         metrics = learn(learner, rows)
         deltas = {key: torch.cat([(p.detach() - before[key][n]).flatten() for n, p in m.named_parameters()])
