@@ -11,12 +11,19 @@ or from a dataset (:func:`agentgym.envs.math.loading.load_math_dataset`)::
     env = gym.make("Math-LLM-v0", problems=load_math_dataset("gsm8k_test.jsonl"))
     env = gym.make("Math-LLM-v0", max_turns=3)            # retries, told only "wrong"
     env = gym.make("Math-LLM-v0", judge=JudgeReward(url, "judge-model", rubric))
+    env = gym.make("Math-LLM-v0", answer_format="last_number")  # a bare final number counts too
+
+``answer_format="last_number"`` reads a reply with no box and no tag by its last number, as
+evaluations of small models do ("flexible extract"): a 135 M instruct model writes ``16 - 5 = 11``
+and never the tags, so the strict format would measure only the format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import re
 
 import numpy as np
 
@@ -28,16 +35,25 @@ from agentgym.rewards.judge import JudgeReward
 from agentgym.envs.math.problems import KINDS, LEVELS, MathProblem, generate_problem
 from agentgym.envs.math.verify import DEFAULT_TIMEOUT, check_answer, require_math_verify
 
-__all__ = ["MathEnv", "read_answer"]
+__all__ = ["ANSWER_FORMATS", "MathEnv", "last_number", "read_answer"]
 
 #: Longest answer shown back in feedback.
 _SHOWN_CHARS = 80
+#: A number as written in a reply: an integer, a decimal, or a fraction a/b.
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+ANSWER_FORMATS = ("tagged", "last_number")
 
 
 def read_answer(text: str) -> str | None:
     r"""The final answer in ``text``: the last ``<answer>`` tag, else the last ``\boxed{}``."""
     answer = extract_answer(text)
     return answer if answer is not None else extract_boxed(text)
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in ``text`` (``12``, ``-3.5``, ``3/4``), or None."""
+    found = _NUMBER.findall(text)
+    return found[-1] if found else None
 
 
 class MathEnv(TextEnv):
@@ -59,6 +75,8 @@ class MathEnv(TextEnv):
             task counts as solved from a score of ``judge_pass`` up.
         judge_pass: the judge score that counts as solved.
         verify_timeout: seconds math-verify may spend on one answer.
+        answer_format: ``tagged`` (the answer must be in a box or answer tags) or ``last_number``
+            (a reply with neither is read by its last number).
         format_penalty, render_mode: see :class:`~agentgym.core.TextEnv`.
 
     ``reset(options={"problem": {"question": ..., "answer": ...}})`` poses a
@@ -78,11 +96,15 @@ class MathEnv(TextEnv):
         judge_pass: float = 0.5,
         verify_timeout: int = DEFAULT_TIMEOUT,
         format_penalty: float = 0.1,
+        answer_format: str = "tagged",
         render_mode: str | None = None,
     ) -> None:
         super().__init__(max_turns=max_turns, format_penalty=format_penalty,
                          render_mode=render_mode)
         require_math_verify()
+        if answer_format not in ANSWER_FORMATS:
+            raise ConfigError(f"answer_format must be one of {', '.join(ANSWER_FORMATS)}, got {answer_format!r}.")
+        self.answer_format = answer_format
         self.kinds = _read_kinds(kinds)
         self.levels = _read_levels(levels)
         self.problems = None if problems is None else [_read_problem(p, "problems item")
@@ -125,6 +147,8 @@ class MathEnv(TextEnv):
 
     def _play(self, action: str) -> Outcome:
         answer = read_answer(action)
+        if answer is None and self.answer_format == "last_number":
+            answer = last_number(action)
         if not answer:
             why = "Your answer is empty." if answer is not None else "No final answer found."
             return Outcome(f"{why} Write it in \\boxed{{}} or <answer></answer>, e.g. "
@@ -161,13 +185,14 @@ class MathEnv(TextEnv):
     def _describe(self) -> str:
         retry = ("After a wrong answer you are told it is wrong (not what is right) and may try "
                  "again." if self.max_turns > 1 else "You answer once.")
+        lenient = " (with neither, your last number)" if self.answer_format == "last_number" else ""
         scoring = ("An LLM judge scores your answer from 0 to 1." if self.judge is not None else
                    "Rewards: 1 for a correct answer (the episode ends), 0 for a wrong one.")
         return (
             "Maths. Solve the problem and give one final answer: a number, a fraction or an "
             "expression, inside \\boxed{} or inside answer tags, e.g. \\boxed{\\frac{3}{4}} or "
             "<answer>3/4</answer>. You may work it out first; only the last box or answer tag "
-            "counts. Answers are compared by value: 0.5, 1/2 and \\frac{1}{2} are the same, "
+            f"counts{lenient}. Answers are compared by value: 0.5, 1/2 and \\frac{{1}}{{2}} are the same, "
             f"and units or words around the number are ignored. {retry}\n{scoring}"
         )
 

@@ -159,3 +159,25 @@ def test_without_math_verify_making_the_env_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "math_verify", None)  # import now fails
     with pytest.raises(MissingDependencyError, match=r"scripts/setup.sh math \(from the agentgym repository root; or: pip install math-verify\)"):
         gym.make("Math-LLM-v0")
+
+
+def test_last_number_reads_a_bare_reply_by_its_last_number() -> None:
+    import gymnasium as gym
+
+    from agentgym.envs.math.env import last_number
+
+    assert last_number("16 - 5 = 11") == "11" and last_number("about -3.5, or 7/2") == "7/2"
+    assert last_number("no digits") is None
+    lenient = gym.make("Math-LLM-v0", kinds=["arithmetic"], levels=[1], answer_format="last_number")
+    lenient.reset(seed=3)  # Compute 17 + 2.
+    _, reward, terminated, _, info = lenient.step("17 + 2 = 19")
+    assert (reward, terminated, info["success"], info["action_valid"]) == (1.0, True, True, True)
+    lenient.reset(seed=3)
+    _, reward, _, _, info = lenient.step("So it is \\boxed{20}, not 19")  # a box still wins over the last number
+    assert reward == 0.0 and info["answer"] == "20"
+    strict = gym.make("Math-LLM-v0", kinds=["arithmetic"], levels=[1])
+    strict.reset(seed=3)
+    _, reward, _, _, info = strict.step("17 + 2 = 19")
+    assert reward == -0.1 and info["action_valid"] is False  # the default format is unchanged
+    with pytest.raises(ConfigError, match="answer_format must be one of tagged, last_number"):
+        gym.make("Math-LLM-v0", answer_format="loose")
