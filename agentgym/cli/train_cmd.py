@@ -169,7 +169,7 @@ def _check_before_starting(config: Any) -> None:
     from agentgym.models import resolve_model
     from agentgym.trainers.registry import trainer_spec
 
-    trainer_spec(config.run.trainer).entry_point(config.run.backend)  # the trainer, then its backend
+    trainer_spec(config.run.trainer).backend(config.run.backend)  # the trainer, then its backend
     if config.rollout.env_id is not None:
         make_env(config.rollout.env_id, config.rollout.env_kwargs).close()  # the id, its arguments, their values
     resolve_model(config.model.model)
