@@ -54,3 +54,21 @@ def test_built_artefacts_and_rollout_files_are_ignored() -> None:
              "final/model.safetensors", "model.gguf", "rollouts/bandit.parquet", "solver.parquet"]
     checked = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=ROOT, capture_output=True, text=True)
     assert checked.stdout.split() == names
+
+
+def duplicate_basenames(test_files: list[Path]) -> list[str]:
+    """Test modules sharing a file name: the suite's folders have no ``__init__.py``, so pytest
+    imports each module by its bare name and refuses the second one it meets."""
+    seen: dict[str, int] = {}
+    for path in test_files:
+        seen[path.name] = seen.get(path.name, 0) + 1
+    return sorted(name for name, count in seen.items() if count > 1)
+
+
+def test_test_modules_have_unique_names() -> None:
+    assert duplicate_basenames(sorted((ROOT / "tests").rglob("test_*.py"))) == []
+
+
+def test_the_check_finds_a_repeated_test_name() -> None:
+    files = [Path("tests/sandbox/test_image.py"), Path("tests/interop/test_image.py"), Path("tests/test_core.py")]
+    assert duplicate_basenames(files) == ["test_image.py"]
