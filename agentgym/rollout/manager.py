@@ -425,6 +425,7 @@ class EnvManager:
             invalid_actions=episode.invalid_actions, policy_version=episode.policy_version,
             retokenized=episode.retokenized, error=episode.error,
             duration_s=time.monotonic() - episode.started, messages=episode.messages,
+            tokenizer=self.renderer.tokenizer_id if self.renderer is not None else None,
         )
         return [
             TrajectoryRow(row_index=number, prompt_ids=segment.ids[: segment.prompt_length],
