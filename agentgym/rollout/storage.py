@@ -146,11 +146,13 @@ def recorded_tokenizers(out: str | Path) -> list[str | None] | None:
     """The distinct tokenizers the rows of ``out`` (and parts left beside it) record, None among them
     for rows that record none; None when ``out`` is no rollout file (only that column is read)."""
     found: dict[str | None, None] = {}
-    for file in _existing_files(Path(out)):
-        try:
-            names = pq.read_schema(file).names
-        except (pa.ArrowException, OSError):  # not Parquet (a JSONL file of pairs, say)
-            return None
+    out = Path(out)
+    try:
+        pq.read_schema(out) if out.exists() else None
+    except (pa.ArrowException, OSError):  # not Parquet (a JSONL file of pairs, say)
+        return None
+    for file in _existing_files(out):
+        names = parquet_schema(file).names
         if any(name not in names for name in _NEEDED_COLUMNS):
             return None
         if "tokenizer" not in names:
