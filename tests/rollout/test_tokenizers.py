@@ -273,3 +273,27 @@ def test_the_real_model_on_tiny_rows_is_one_line(rows_file: Path, tmp_path: Path
                            terminal_width=400)
     line = _one_line_error(result)
     assert "tiny-h128" in line and "49,152 tokens" in line
+
+
+@pytest.mark.slow
+@needs_real_model
+def test_the_real_templates_rows_are_the_template_of_the_whole_conversation() -> None:
+    """SmolLM2's template inserts its own system prompt ("You are a helpful AI assistant named SmolLM")
+    when a conversation has none; the renderer always sends the env's instructions as the system message,
+    so the prompt ids plus the completion ids are the template's ids of the conversation, turn for turn,
+    and a turn ends in ``<|im_end|>`` (the eos: the server's stop) then the template's newline."""
+    tokenizer = _tokenizer(REAL_MODEL)
+    renderer = ChatRenderer(tokenizer)
+    assert tokenizer.convert_ids_to_tokens([renderer.eos_id]) == ["<|im_end|>"]
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    assert renderer.close_turn_ids([5, renderer.eos_id]) == newline
+    assert renderer.close_turn_ids([5]) == [renderer.eos_id, *newline]
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=2, max_turns=3)
+    for row in asyncio.run(EnvManager(config, RandomPolicy(seed=0), renderer=renderer).run()):
+        messages = [message.model_dump() for message in row.messages]
+        played = messages if row.messages[-1].role == "assistant" else messages[:-1]  # the last reply is not in the ids
+        whole = list(tokenizer.apply_chat_template(played, tokenize=True, return_dict=False))
+        assert row.prompt_ids + row.completion_ids == whole
+        assert "named SmolLM" not in tokenizer.decode(row.prompt_ids)  # the env's instructions are the system prompt
+    default = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    assert "named SmolLM" in default  # what a conversation without a system message would have got
