@@ -4,6 +4,7 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
 
     AgentGymError
     ├── ConfigError            a value given by the user is out of range or inconsistent
+    │   └── TokenizerMismatchError  rows (or a server) in another tokenizer than the model's
     ├── RegistryError
     │   ├── UnknownEnvError    no env with that id ("did you mean ...")
     │   ├── DuplicateEnvError  an id registered twice with different entry points
@@ -31,7 +32,8 @@ One root, so ``except AgentGymError`` catches all of ours and nothing else::
         └── UnsupportedError     the server lacks a feature (e.g. LoRA without peft) (501)
 
     AgentGymWarning (a UserWarning)
-    └── PluginLoadWarning      a third-party env plugin failed to load; the rest still work
+    ├── PluginLoadWarning      a third-party env plugin failed to load; the rest still work
+    └── UnknownTokenizerWarning  rows record no tokenizer (an older file): they cannot be checked
 
 Bad *text* from an agent is never an exception: environments answer it with
 feedback and ``info["action_valid"] = False``. These errors are for code that
@@ -64,9 +66,11 @@ __all__ = [
     "ServeError",
     "ServerRequestError",
     "ServerStartError",
+    "TokenizerMismatchError",
     "ToolInputError",
     "TrainingStalledError",
     "UnknownEnvError",
+    "UnknownTokenizerWarning",
     "UnknownTrainerError",
     "UnsupportedError",
     "WeightLoadError",
@@ -80,6 +84,11 @@ class AgentGymError(Exception):
 
 class ConfigError(AgentGymError, ValueError):
     """A configuration value is invalid; the message names the field and the fix."""
+
+
+class TokenizerMismatchError(ConfigError):
+    """Token ids made by one tokenizer were given to a model with another (rows of a rollout file, a
+    server that serves another model); the message names both and what to run instead."""
 
 
 class RegistryError(AgentGymError):
@@ -273,3 +282,7 @@ class AgentGymWarning(UserWarning):
 
 class PluginLoadWarning(AgentGymWarning):
     """A package's ``agentgym.envs`` entry point failed to load."""
+
+
+class UnknownTokenizerWarning(AgentGymWarning):
+    """Rows that record no tokenizer (written before rows did) are read unchecked."""

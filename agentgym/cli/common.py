@@ -15,10 +15,10 @@ import agentgym
 from agentgym.errors import AgentGymError
 from agentgym.registry import env_argument_error
 
-__all__ = ["ADVANCED_PANEL", "ConcurrencyOption", "ENV_KWARG_HELP", "EnvKwargOption", "EpisodeTimeoutOption",
-           "MODEL_PANEL", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "OUTPUT_PANEL", "PLAY_PANEL",
-           "PlayEnvKwargOption", "SUMMARY_COLUMNS", "TurnBudgetOption", "all_failed", "check_base_urls", "console",
-           "fail", "make_env", "parse_env_kwargs", "rows_written"]
+__all__ = ["ADVANCED_PANEL", "ConcurrencyOption", "ENV_KWARG_HELP", "EnvKwargOption", "EnvTimeoutOption",
+           "EpisodeTimeoutOption", "MODEL_PANEL", "MaxContextOption", "MaxTokensOption", "MaxTurnsOption", "OUTPUT_PANEL",
+           "PLAY_PANEL", "PlayEnvKwargOption", "SUMMARY_COLUMNS", "TurnBudgetOption", "TurnTimeoutOption", "all_failed",
+           "check_base_urls", "console", "fail", "make_env", "parse_env_kwargs", "rows_written"]
 
 console = Console(highlight=False)
 
@@ -42,8 +42,12 @@ TurnBudgetOption = Annotated[int | None, typer.Option(
 MaxTokensOption = Annotated[int, typer.Option(metavar="N", help="Tokens one turn may sample.", rich_help_panel=MODEL_PANEL)]
 MaxContextOption = Annotated[int, typer.Option(metavar="N", help="Tokens an episode may hold.", rich_help_panel=MODEL_PANEL)]
 ConcurrencyOption = Annotated[int, typer.Option(metavar="N", help="Episodes playing at once.", rich_help_panel=ADVANCED_PANEL)]
-EpisodeTimeoutOption = Annotated[float, typer.Option(
-    metavar="S", help="Seconds before an episode fails.", rich_help_panel=ADVANCED_PANEL)]
+EpisodeTimeoutOption = Annotated[float | None, typer.Option(
+    metavar="S", help="Seconds before an episode fails (default: no limit).", rich_help_panel=ADVANCED_PANEL)]
+TurnTimeoutOption = Annotated[float | None, typer.Option(
+    metavar="S", help="Seconds one turn may sample (default: 120 + 2 per --max-tokens).", rich_help_panel=ADVANCED_PANEL)]
+EnvTimeoutOption = Annotated[float | None, typer.Option(
+    metavar="S", help="Seconds one env reset or step may take.", rich_help_panel=ADVANCED_PANEL)]
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -36,6 +36,7 @@ from agentgym.cli.common import (
     OUTPUT_PANEL,
     PLAY_PANEL,
     ConcurrencyOption,
+    EnvTimeoutOption,
     EpisodeTimeoutOption,
     MaxContextOption,
     MaxTokensOption,
@@ -43,6 +44,7 @@ from agentgym.cli.common import (
     PlayEnvKwargOption,
     SUMMARY_COLUMNS,
     TurnBudgetOption,
+    TurnTimeoutOption,
     all_failed,
     check_base_urls,
     console,
@@ -126,6 +128,8 @@ def eval_command(
         "--failed-seeds-out", metavar="FILE", help="Write the failed levels' seeds (train -s level_seeds=FILE).", rich_help_panel=OUTPUT_PANEL)] = None,
     concurrency: ConcurrencyOption = 32,
     episode_timeout: EpisodeTimeoutOption = RolloutConfig.episode_timeout,
+    turn_timeout: TurnTimeoutOption = RolloutConfig.turn_timeout,
+    env_timeout: EnvTimeoutOption = RolloutConfig.env_timeout,
 ) -> None:
     """Play unseen seeds and print success rate, mean turns and invalid-action rate."""
     for path, flag in ((episodes_out, "--episodes-out"), (failed_seeds_out, "--failed-seeds-out")):
@@ -138,6 +142,7 @@ def eval_command(
             max_tokens_per_turn=max_tokens, seed=seed_offset,
             sampling_seed=seed_offset if sampling_seed is None else sampling_seed,
             episode_timeout=episode_timeout,
+            turn_timeout=turn_timeout, env_timeout=env_timeout,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
         if policy is PolicyName.model:

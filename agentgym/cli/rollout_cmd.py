@@ -18,6 +18,7 @@ from rich.table import Table
 
 from agentgym.cli.common import (
     ConcurrencyOption,
+    EnvTimeoutOption,
     EpisodeTimeoutOption,
     MaxContextOption,
     MaxTokensOption,
@@ -29,6 +30,7 @@ from agentgym.cli.common import (
     PlayEnvKwargOption,
     SUMMARY_COLUMNS,
     TurnBudgetOption,
+    TurnTimeoutOption,
     all_failed,
     check_base_urls,
     console,
@@ -74,6 +76,8 @@ def rollout_command(
     show: Annotated[int, typer.Option(metavar="N", help="Print N finished episodes in full.", rich_help_panel=OUTPUT_PANEL)] = 3,
     concurrency: ConcurrencyOption = 32,
     episode_timeout: EpisodeTimeoutOption = RolloutConfig.episode_timeout,
+    turn_timeout: TurnTimeoutOption = RolloutConfig.turn_timeout,
+    env_timeout: EnvTimeoutOption = RolloutConfig.env_timeout,
     expert_noise: Annotated[float, typer.Option(metavar="P", help="Solver: chance of a random, masked move.", rich_help_panel=ADVANCED_PANEL)] = 0.0,
     dagger: Annotated[float | None, typer.Option(metavar="P", help="The expert corrects the model (DAgger).", rich_help_panel=ADVANCED_PANEL)] = None,
     ray: Annotated[str | None, typer.Option(metavar="[ADDR]", help="Ray: local, auto or ray://HOST:PORT.", rich_help_panel=ADVANCED_PANEL)] = None,
@@ -94,6 +98,7 @@ def rollout_command(
             env_id=env_id, env_kwargs=parse_env_kwargs(env_kwarg), episodes=episodes, group_size=group_size,
             concurrency=concurrency, max_turns=max_turns, turn_budget=turn_budget, max_context_tokens=max_context,
             max_tokens_per_turn=max_tokens, seed=seed, chat_mode=chat_mode, episode_timeout=episode_timeout,
+            turn_timeout=turn_timeout, env_timeout=env_timeout,
             sampling_seed=sampling_seed,
         )
         urls = tuple(parse_base_urls(base_url)) if base_url else None
@@ -219,9 +224,21 @@ async def playing_with(player: Player, config: RolloutConfig, *, record: bool) -
     with server as running:
         base_url, name, key = ((running.base_url, running.model_name, running.api_key) if running is not None
                                else (player.base_url, player.model, player.api_key))
-        async with OpenAIPolicy(base_url, name, api_key=key, sampling=sampling,
+        if running is None:  # a server of the user's: it must sample in the tokenizer the rows are rendered in
+            _check_tokenizers(player, renderer)
+        async with OpenAIPolicy(base_url, name, api_key=key, sampling=sampling, timeout=config.turn_seconds,
                                 max_connections=config.concurrency) as policy:
             yield policy, renderer
+
+
+def _check_tokenizers(player: Player, renderer: Any) -> None:
+    """A :class:`~agentgym.errors.TokenizerMismatchError` when a --base-url server tokenizes otherwise than
+    --model's tokenizer (servers without ``/tokenize`` are not checked)."""
+    from agentgym.rollout.tokenizers import check_server_tokenizer
+
+    for base_url in player.base_url or ():
+        check_server_tokenizer(base_url, renderer.tokenizer, model_name=player.model, api_key=player.api_key,
+                               model=player.model)
 
 
 def _model_free(player: Player, config: RolloutConfig) -> Any:

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from agentgym.cli.common import console, fail
 from agentgym.cli.rollout_cmd import print_episode
-from agentgym.errors import AgentGymError
+from agentgym.errors import AgentGymError, ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 
 __all__ = ["TOKEN_STYLES", "token_legend", "view_command"]
@@ -21,7 +21,7 @@ def view_command(
     episode: Annotated[str | None, typer.Option(help="Only the episode whose id contains this text.")] = None,
     limit: Annotated[int, typer.Option(help="Print at most this many episodes.")] = 5,
     tokens: Annotated[bool, typer.Option(help="Also show each episode's tokens, coloured by who wrote them (a legend says which is which).")] = False,
-    model: Annotated[str, typer.Option(help="Tokenizer to decode --tokens with.")] = "tiny",
+    model: Annotated[str | None, typer.Option(help="Tokenizer to decode --tokens with (default: the one the rows record).")] = None,
 ) -> None:
     """Print recorded episodes as readable conversations."""
     from agentgym.rollout.storage import read_rows
@@ -34,7 +34,10 @@ def view_command(
         raise fail(str(exc)) from exc
     if not rows:
         raise fail(f"no episode in {path}" + (f" matches {episode!r}." if episode else "."))
-    decode = _decoder(model) if tokens else None
+    try:
+        decode = _decoder(rows, model, path) if tokens else None
+    except AgentGymError as exc:  # another tokenizer than the rows', or theirs does not load
+        raise fail(str(exc)) from exc
     if decode is not None:
         console.print(token_legend())
     for row in rows[:limit]:
@@ -44,13 +47,39 @@ def view_command(
     console.print(f"[dim]{min(limit, len(rows))} of {len(rows)} rows shown.[/]")
 
 
-def _decoder(model: str):  # -> Callable[[list[int]], str]
+def _decoder(rows: list[TrajectoryRow], model: str | None, path: Path):  # -> Callable[[list[int]], str]
+    """How --tokens decodes ``rows``: with --model's tokenizer if given (refused when the rows record
+    another), else with the one the rows record; rows that record none with tiny's, as before they did."""
+    from agentgym.rollout.tokenizers import check_tokenizer, load_tokenizer_of
+
+    recorded = [row.tokenizer for row in rows if row.tokenizer is not None]
+    if not recorded:  # a file written before rows recorded their tokenizer: nothing to check against
+        if model is None:
+            console.print("[yellow]These rows record no tokenizer (an older file): decoding with tiny's; "
+                          "--model chooses another.[/]")
+        tokenizer = _load_tokenizer(model or "tiny")
+    elif model is not None:
+        tokenizer = _load_tokenizer(model)
+        check_tokenizer(rows, tokenizer, str(path), model=model)
+    else:
+        tokenizer = load_tokenizer_of(recorded[0])
+        if tokenizer is None:
+            raise ConfigError(f"the rows of {path} were tokenized by {recorded[0]}, which does not load here "
+                              "(a folder gone, or a hub id not in the cache): give --model with that tokenizer.")
+        check_tokenizer(rows, tokenizer, str(path))  # one file, one tokenizer
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _load_tokenizer(model: str):  # -> a transformers tokenizer
     from transformers import AutoTokenizer
 
     from agentgym.models import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model(model))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--model {model!r} has no tokenizer here: give 'tiny', a local model folder "
+                          "or a hub id in the cache.") from exc
 
 
 #: the colours of --tokens: (style, what the tokens are), one source for the view and its legend

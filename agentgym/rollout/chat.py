@@ -22,6 +22,7 @@ from collections import OrderedDict
 from typing import Any
 
 from agentgym.errors import ConfigError
+from agentgym.rollout.tokenizers import tokenizer_id
 
 __all__ = ["ChatRenderer"]
 
@@ -71,6 +72,8 @@ class ChatRenderer:
             )
         self.tokenizer = tokenizer
         self.eos_id: int = tokenizer.eos_token_id
+        #: what the rows this renderer makes record as their ``tokenizer``
+        self.tokenizer_id = str(tokenizer_id(tokenizer))
         # A fast tokenizer's Rust core encodes one text without the batch machinery
         # (a thread-pool hop per call) that ``tokenizer.encode`` goes through.
         self._rust = getattr(tokenizer, "backend_tokenizer", None)

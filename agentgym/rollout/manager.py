@@ -2,10 +2,11 @@
 
 Episodes run as asyncio tasks. ``group_size`` episodes share a seed (a GRPO
 group); a semaphore bounds how many play at once; blocking env calls run in a
-thread pool, or inline once they prove quick; each episode has a turn limit, a
-context-token budget and a timeout. An episode that fails (the server gave up,
-the env raised, the timeout passed) is still written, with its error: nothing
-is dropped.
+thread pool, or inline once they prove quick; each episode has a turn limit and a
+context-token budget. An episode that fails (the server gave up,
+the env raised, a time limit passed) is still written, with its error: nothing
+is dropped. Time limits are per turn (scaled to the tokens it may sample) and per
+env call; a limit on the whole episode is optional.
 
     config = RolloutConfig(env_id="Sokoban-LLM-v0", episodes=64, group_size=8)
     async with OpenAIPolicy(base_url, "tiny") as policy:
@@ -31,7 +32,7 @@ from agentgym.registry import env_argument_error, env_info
 from agentgym.rollout.chat import ChatRenderer
 from agentgym.rollout.offload import Offload
 from agentgym.rollout.policies import ExpertCorrection, PlayOnly, Policy
-from agentgym.rollout.policy import Generation, OpenAIPolicy
+from agentgym.rollout.policy import Generation, OpenAIPolicy, default_turn_timeout
 from agentgym.rollout.rows import Message, TrajectoryRow, TurnSpan, observation_hash
 
 __all__ = ["EnvManager", "RolloutConfig"]
@@ -60,8 +61,15 @@ class RolloutConfig:
     max_context_tokens: int = 4096
     #: tokens one turn may sample
     max_tokens_per_turn: int = 256
-    #: seconds an episode may take
-    episode_timeout: float = 600.0
+    #: seconds an episode may take in all (None: no limit; each turn and env call has its own,
+    #: and the turn limit bounds their number)
+    episode_timeout: float | None = None
+    #: seconds one turn's sampling may take (None: 120 s + 2 s per token of ``max_tokens_per_turn``,
+    #: :func:`~agentgym.rollout.policy.default_turn_timeout`: a real model on CPUs is slow)
+    turn_timeout: float | None = None
+    #: seconds one env call (its reset, a step) may take; an env that proves quick runs on the
+    #: event loop, where a call cannot be cut short (None: no limit)
+    env_timeout: float | None = 300.0
     #: seed of group 0; group g plays seed + g
     seed: int = 0
     #: or each group's seed, in order (one per group; replaces ``seed``): a list of levels
@@ -80,7 +88,9 @@ class RolloutConfig:
         for name in ("max_turns", "turn_budget"):
             if getattr(self, name) is not None:
                 check_number(name, getattr(self, name), minimum=1)
-        check_number("episode_timeout", self.episode_timeout, minimum=0.001, integer=False)
+        for name in ("episode_timeout", "turn_timeout", "env_timeout"):
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), minimum=0.001, integer=False)
         if self.episodes % self.group_size:
             raise ConfigError(
                 f"episodes ({self.episodes}) must be a multiple of group_size ({self.group_size}) "
@@ -108,6 +118,11 @@ class RolloutConfig:
         except (TypeError, ValueError) as exc:  # an argument it does not take, a value it cannot use
             raise env_argument_error(self.env_id, kwargs, exc) from exc
 
+    @property
+    def turn_seconds(self) -> float:
+        """A turn's time limit: ``turn_timeout``, or the default for ``max_tokens_per_turn``."""
+        return self.turn_timeout if self.turn_timeout is not None else default_turn_timeout(self.max_tokens_per_turn)
+
     def group_seed(self, group: int) -> int:
         """The seed ``group`` plays."""
         return self.seeds[group] if self.seeds is not None else self.seed + group
@@ -129,6 +144,10 @@ class RolloutConfig:
         """(group, index in group) of every episode of the run."""
         groups = self.episodes // self.group_size
         return [(group, index) for group in range(groups) for index in range(self.group_size)]
+
+
+class _TimedOut(Exception):
+    """A turn's sampling or an env call ran past its limit: the episode is recorded as timed out."""
 
 
 @dataclass
@@ -269,6 +288,8 @@ class EnvManager:
             except TimeoutError:
                 episode.error = f"the episode took longer than {self.config.episode_timeout:g} s"
                 episode.stop_reason = "timeout"
+            except _TimedOut as exc:  # a turn or an env call past its own limit
+                episode.error, episode.stop_reason = str(exc), "timeout"
             # Whatever went wrong (the server gave up, the env or the policy raised),
             # the episode is recorded with its error rather than lost.
             except (AgentGymError, OSError, RuntimeError, ValueError, TypeError, KeyError) as exc:
@@ -291,8 +312,8 @@ class EnvManager:
             raise
 
     async def _play(self, episode: _Episode, opener: Offload, stepper: Offload) -> None:
-        env, observation, instructions = await opener.call(self._open_env, episode.seed,
-                                                           abandoned=lambda opened: opened[0].close())
+        env, observation, instructions = await self._env_call(
+            opener, "reset", self._open_env, episode.seed, abandoned=lambda opened: opened[0].close())
         try:
             episode.messages += [Message(role="system", content=instructions),
                                  Message(role="user", content=observation)]
@@ -303,7 +324,8 @@ class EnvManager:
                 if generation is None:
                     return
                 self._record_generation(episode, generation)
-                observation, reward, terminated, truncated, info = await stepper.call(env.step, generation.text)
+                observation, reward, terminated, truncated, info = await self._env_call(
+                    stepper, "step", env.step, generation.text)
                 episode.turn_rewards.append(float(reward))
                 episode.invalid_actions += not info.get("action_valid", True)
                 episode.success = bool(info.get("success", False))
@@ -319,6 +341,16 @@ class EnvManager:
                     return
         finally:
             env.close()
+
+    async def _env_call(self, offload: Offload, what: str, function: Callable[..., Any], *args: Any,
+                        abandoned: Callable[[Any], None] | None = None) -> Any:
+        """``function(*args)`` through ``offload``, within ``env_timeout`` (a :class:`_TimedOut` past it)."""
+        limit = self.config.env_timeout
+        try:
+            async with asyncio.timeout(limit):  # a timer, not another task: this is every turn's path
+                return await offload.call(function, *args, abandoned=abandoned)
+        except TimeoutError:
+            raise _TimedOut(f"the env's {what} took longer than {limit:g} s (env_timeout)") from None
 
     def _add_reply(self, episode: _Episode, observation: str) -> bool:
         """Append the env's reply; False (episode truncated) when it and one more
@@ -341,7 +373,13 @@ class EnvManager:
             max_tokens = min(max_tokens, room)
         policy = self.policy
         if isinstance(policy, OpenAIPolicy):
-            generation = await self._sample(episode, policy, max_tokens)
+            limit = self.config.turn_seconds
+            try:
+                async with asyncio.timeout(limit):
+                    generation = await self._sample(episode, policy, max_tokens)
+            except TimeoutError:
+                raise _TimedOut(f"turn {len(episode.turn_rewards)} took longer than {limit:g} s to sample "
+                                "(turn_timeout)") from None
             return self._corrected(episode, generation, env) if self.teacher is not None else generation
         action = self._model_free_policy(episode).act(episode.messages[-1].content, env.unwrapped)
         return Generation(text=str(action), finish_reason="stop", learn=not isinstance(action, PlayOnly))
@@ -425,6 +463,7 @@ class EnvManager:
             invalid_actions=episode.invalid_actions, policy_version=episode.policy_version,
             retokenized=episode.retokenized, error=episode.error,
             duration_s=time.monotonic() - episode.started, messages=episode.messages,
+            tokenizer=self.renderer.tokenizer_id if self.renderer is not None else None,
         )
         return [
             TrajectoryRow(row_index=number, prompt_ids=segment.ids[: segment.prompt_length],

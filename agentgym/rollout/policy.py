@@ -40,12 +40,28 @@ from yarl import URL
 from agentgym.errors import ServerRequestError
 from agentgym.rollout.servers import Server, ServerPool, ServerStats
 
-__all__ = ["Generation", "OpenAIPolicy", "SamplingConfig"]
+__all__ = ["Generation", "OpenAIPolicy", "SamplingConfig", "default_turn_timeout"]
 
 _T = TypeVar("_T")
 _RETRYABLE_SDK = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
                   openai.InternalServerError)
 _RETRYABLE_HTTP = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+#: a turn's default time limit: this much for the queue and the prefill, and this much a token sampled
+TURN_TIMEOUT_BASE_S, TURN_TIMEOUT_PER_TOKEN_S = 120.0, 2.0
+
+
+def default_turn_timeout(max_tokens: int) -> float:
+    """Seconds a turn sampling up to ``max_tokens`` tokens may take unless told otherwise: 120 s plus 2 s a
+    token. A real model is slow on CPUs (SmolLM2-135M samples about 12 tokens/s alone on two cores, and a few
+    a second per episode when 32 share the server), and a fixed limit either cut its long turns or
+    waited minutes for a dead server's short ones.
+
+    >>> default_turn_timeout(64)
+    248.0
+    """
+    return TURN_TIMEOUT_BASE_S + TURN_TIMEOUT_PER_TOKEN_S * max_tokens
 
 
 class _Retryable(Exception):
@@ -105,7 +121,7 @@ class OpenAIPolicy:
         *,
         api_key: str = "EMPTY",
         sampling: SamplingConfig = SamplingConfig(),
-        timeout: float = 120.0,
+        timeout: float | None = None,
         max_connections: int = 256,
         retries: int = 3,
         backoff: float = 0.5,
@@ -120,7 +136,8 @@ class OpenAIPolicy:
         self.model = model
         self.api_key = api_key
         self.sampling = sampling
-        self.timeout = timeout
+        #: seconds one request may take (default: :func:`default_turn_timeout` of ``sampling.max_tokens``)
+        self.timeout = timeout if timeout is not None else default_turn_timeout(sampling.max_tokens)
         self.max_connections = max_connections
         self.retries = retries
         self.backoff = backoff

@@ -3,7 +3,8 @@
 A dead ``--base-url`` would otherwise fail every episode, one timeout after
 another, and end in a table of failures. ``GET {base_url}/models`` with a
 short timeout tells at once whether something answers, whether it takes the
-API key, and which models it serves.
+API key, and which models it serves; ``POST /tokenize`` (vLLM's, the built-in
+server's) how it tokenizes a conversation, to compare with our tokenizer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 from agentgym.errors import ServerRequestError
 from agentgym.net import is_loopback
 
-__all__ = ["check_servers", "probe_server"]
+__all__ = ["check_servers", "probe_server", "tokenize_on_server"]
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback never goes through a proxy
 _PROXIED = urllib.request.build_opener()
@@ -79,3 +80,21 @@ def check_servers(base_urls: Sequence[str], *, model: str, api_key: str = "EMPTY
         raise ServerRequestError(problems[0] if len(problems) == 1 else
                                  f"none of the {len(problems)} servers answers: " + " ".join(problems))
     return problems
+
+
+def tokenize_on_server(base_url: str, messages: list[dict[str, str]], *, model_name: str,
+                       api_key: str = "EMPTY", timeout: float = 10.0) -> list[int] | None:
+    """The ids the server at ``base_url`` renders ``messages`` into with its chat template, with the
+    assistant header (``POST /tokenize`` at its root, beside ``/v1``); None when it has no such route,
+    refuses, or does not answer."""
+    root = base_url.rstrip("/").removesuffix("/v1")
+    body = json.dumps({"model": model_name, "messages": messages, "add_generation_prompt": True}).encode()
+    request = urllib.request.Request(root + "/tokenize", data=body, method="POST", headers={
+        "Authorization": f"Bearer {api_key}", "Content-Type": "application/json"})
+    opener = _DIRECT if is_loopback(urlsplit(root).hostname or "") else _PROXIED
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            tokens = json.loads(response.read()).get("tokens")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):  # HTTPError is a URLError
+        return None
+    return tokens if isinstance(tokens, list) and all(isinstance(token, int) for token in tokens) else None

@@ -296,7 +296,7 @@ class _RolloutWorker:
         finished: asyncio.Queue[list[TrajectoryRow] | None] = asyncio.Queue()
         mine = set(keys)
         skip = [key for key in config.episode_keys() if key not in mine]
-        async with _policy(spec, config.concurrency) as policy:
+        async with _policy(spec, config.concurrency, config.turn_seconds) as policy:
             manager = EnvManager(config, policy, renderer=self._renderer(spec.tokenizer),
                                  on_episode=finished.put_nowait)
             task = asyncio.ensure_future(manager.run(skip=skip))
@@ -316,13 +316,13 @@ class _RolloutWorker:
 
 
 @contextlib.asynccontextmanager
-async def _policy(spec: PolicySpec, connections: int) -> AsyncIterator[Any]:
+async def _policy(spec: PolicySpec, connections: int, timeout: float) -> AsyncIterator[Any]:
     """The run's policy, made inside the actor's event loop."""
     if spec.model_free is not None:
         yield spec.model_free
         return
     from agentgym.rollout.policy import OpenAIPolicy
 
-    async with OpenAIPolicy(spec.base_urls, spec.model, api_key=spec.api_key,
-                            sampling=spec.sampling, max_connections=connections) as policy:
+    async with OpenAIPolicy(spec.base_urls, spec.model, api_key=spec.api_key, sampling=spec.sampling,
+                            timeout=timeout, max_connections=connections) as policy:
         yield policy

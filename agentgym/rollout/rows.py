@@ -13,6 +13,10 @@ Each row lists its ``turns``: where each turn's action tokens lie in
 ``turn_rewards``, numbered across the episode's rows) and a hash of the
 observation it acted on, so turn-level credit needs no reconstruction from
 the mask. ``server_logprobs`` says whether ``logprobs`` are the server's.
+
+``tokenizer`` names the tokenizer the ids are in (see :mod:`agentgym.rollout.tokenizers`):
+a trainer refuses rows of another tokenizer than its model's, and ``agentgym view --tokens``
+decodes with it.
 """
 
 from __future__ import annotations
@@ -21,13 +25,11 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-import hashlib
-
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ARROW_SCHEMA", "DERIVED_COLUMNS", "Message", "TrajectoryRow", "TurnSpan", "derive_turns", "first_rows",
-           "observation_hash"]
+__all__ = ["ARROW_SCHEMA", "DERIVED_COLUMNS", "Message", "OPTIONAL_COLUMNS", "TrajectoryRow", "TurnSpan",
+           "derive_turns", "first_rows", "observation_hash"]
 
 
 def observation_hash(text: str) -> str:
@@ -99,6 +101,10 @@ class TrajectoryRow(BaseModel):
     #: True when ``logprobs`` of the sampled tokens are the server's (False for model-free
     #: policies, chat mode, expert-replaced turns: zeros there)
     server_logprobs: bool = False
+    #: the tokenizer of the ids, ``NAME@HASH`` (:class:`agentgym.rollout.tokenizers.TokenizerId`);
+    #: None: unknown (a file written before rows recorded it, or rows of a model-free policy
+    #: written without a tokenizer)
+    tokenizer: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -141,10 +147,13 @@ ARROW_SCHEMA = pa.schema([
     ("turns", pa.list_(pa.struct([("turn", pa.int64()), ("start", pa.int64()), ("end", pa.int64()),
                                   ("observation_hash", pa.string())]))),
     ("server_logprobs", pa.bool_()),
+    ("tokenizer", pa.string()),
 ])
 
 #: the columns files written before rows kept their turns lack; :func:`derive_turns` fills them
 DERIVED_COLUMNS = ("turns", "server_logprobs")
+#: the columns files written before rows recorded them lack; read as null (unknown)
+OPTIONAL_COLUMNS = ("tokenizer",)
 
 
 def derive_turns(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -36,16 +36,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from agentgym.errors import ConfigError
-from agentgym.rollout.rows import ARROW_SCHEMA, DERIVED_COLUMNS, TrajectoryRow, derive_turns
+from agentgym.rollout.rows import ARROW_SCHEMA, DERIVED_COLUMNS, OPTIONAL_COLUMNS, TrajectoryRow, derive_turns
 
 __all__ = ["ROLLOUT_FILE_HINT", "RolloutWriter", "check_same_run", "done_episodes", "load_rollouts",
-           "parquet_schema", "read_rows", "read_table"]
+           "parquet_schema", "read_rows", "read_table", "recorded_tokenizers"]
 
 #: the key-value metadata key of every file: {"run": identity, "merged_parts": [names]}
 _META_KEY = b"agentgym"
 _PART = re.compile(r"part-(\d+)\.parquet")
-#: the columns a rollout file must hold (the derived ones are filled in for older files)
-_NEEDED_COLUMNS = [field.name for field in ARROW_SCHEMA if field.name not in DERIVED_COLUMNS]
+#: the columns a rollout file must hold (older files lack the derived ones, filled in on read, and
+#: the optional ones, read as null)
+_NEEDED_COLUMNS = [field.name for field in ARROW_SCHEMA if field.name not in DERIVED_COLUMNS + OPTIONAL_COLUMNS]
 #: how every "not a rollout file" message ends: what one is and how to make one
 ROLLOUT_FILE_HINT = ("a rollout file is the Parquet file `agentgym rollout --env ENV --out FILE` "
                      "(or `agentgym eval --episodes-out FILE`) writes")
@@ -121,8 +122,8 @@ def read_table(file: str | Path) -> pa.Table:
     """One file's rows as a table of :data:`ARROW_SCHEMA`.
 
     A file written before rows kept their turns gets ``turns`` and
-    ``server_logprobs`` derived here (:func:`~agentgym.rollout.rows.derive_turns`).
-    A file that is no rollout file is a :class:`ConfigError` that says what it is.
+    ``server_logprobs`` derived here (:func:`~agentgym.rollout.rows.derive_turns`); one written
+    before rows recorded their tokenizer reads it as null (unknown). A file that is no rollout file is a :class:`ConfigError` that says what it is.
     """
     names = set(_rollout_schema(Path(file)).names)
     if all(column in names for column in DERIVED_COLUMNS):
@@ -139,6 +140,26 @@ def read_rows(out: str | Path) -> list[TrajectoryRow]:
         for record in read_table(file).to_pylist():
             rows.append(TrajectoryRow.model_validate(record))
     return rows
+
+
+def recorded_tokenizers(out: str | Path) -> list[str | None] | None:
+    """The distinct tokenizers the rows of ``out`` (and parts left beside it) record, None among them
+    for rows that record none; None when ``out`` is no rollout file (only that column is read)."""
+    found: dict[str | None, None] = {}
+    out = Path(out)
+    try:
+        pq.read_schema(out) if out.exists() else None
+    except (pa.ArrowException, OSError):  # not Parquet (a JSONL file of pairs, say)
+        return None
+    for file in _existing_files(out):
+        names = parquet_schema(file).names
+        if any(name not in names for name in _NEEDED_COLUMNS):
+            return None
+        if "tokenizer" not in names:
+            found[None] = None
+            continue
+        found.update(dict.fromkeys(pq.read_table(file, columns=["tokenizer"])["tokenizer"].unique().to_pylist()))
+    return list(found) if found else None
 
 
 def done_episodes(out: str | Path) -> set[tuple[int, int]]:

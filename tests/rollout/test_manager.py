@@ -150,6 +150,32 @@ def test_an_env_still_opening_when_its_episode_times_out_is_closed_once_open() -
     assert opened and all(env.closed for env in opened)
 
 
+def test_a_slow_model_has_no_episode_limit_and_turns_limited_by_their_tokens() -> None:
+    """A real model on CPUs samples about 12 tokens/s: ten turns outlast any fixed limit on the episode,
+    so by default there is none, and a turn may take 120 s plus 2 s for each token it may sample."""
+    config = RolloutConfig(env_id="Sokoban-LLM-v0", max_tokens_per_turn=64)
+    assert config.episode_timeout is None
+    assert config.turn_seconds == 120 + 2 * 64  # 248 s
+    assert RolloutConfig(env_id="Sokoban-LLM-v0", turn_timeout=5.0).turn_seconds == 5.0
+    assert OpenAIPolicy("http://127.0.0.1:1/v1", "m").timeout == 120 + 2 * 256  # the sampling's max_tokens
+
+
+def test_a_turn_over_its_time_limit_is_recorded(up_ids: list[int], renderer: ChatRenderer) -> None:
+    with StubServer(delay=1.0, completion_ids=up_ids) as server:
+        rows = run(RolloutConfig(env_id="Sokoban-LLM-v0", episodes=2, max_turns=5, turn_timeout=0.2),
+                   server.base_url, renderer)
+    assert [row.stop_reason for row in rows] == ["timeout", "timeout"]
+    assert all(row.error == "turn 0 took longer than 0.2 s to sample (turn_timeout)" for row in rows)
+
+
+def test_an_env_call_over_its_time_limit_is_recorded() -> None:
+    SlowResetEnv.instances.clear()
+    config = RolloutConfig(env_id=SLOW_RESET_ID, episodes=2, env_timeout=0.1)
+    rows = asyncio.run(EnvManager(config, ScriptedPolicy(["<answer>apple</answer>"])).run())
+    assert [row.stop_reason for row in rows] == ["timeout", "timeout"]
+    assert all(row.error == "the env's reset took longer than 0.1 s (env_timeout)" for row in rows)
+
+
 @pytest.mark.parametrize(("step_s", "computes", "steps_inline"), [
     (0.0, False, True),  # quicker than a hand-over to a thread
     (0.002, True, True),  # computing: a thread would only take turns with the loop at the GIL

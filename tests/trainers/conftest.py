@@ -44,7 +44,7 @@ def make_row(tiny_renderer: ChatRenderer) -> RowFactory:
             logprobs=[logprob] * len(sampled) + [0.0] * len(close), reward=reward, success=reward > 0.5,
             num_turns=1, terminated=True, stop_reason="terminated", policy_version=version,
             turns=[TurnSpan(turn=0, start=0, end=len(sampled), observation_hash=observation_hash(prompt))],
-            server_logprobs=logprob != 0.0)
+            server_logprobs=logprob != 0.0, tokenizer=tiny_renderer.tokenizer_id)
 
     return make
 

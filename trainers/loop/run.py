@@ -166,7 +166,13 @@ def _stalled(config: Any, learner: Learner, metrics: dict[str, float]) -> str:
 
 def _recorded_rows(config: Any, learner: Learner) -> SFTBatches | OfflineGroups | None:
     """The rows of the rollout files, read before the run folder is written (a file without usable
-    rows leaves nothing behind): batches (SFT) or whole groups (offline); None when playing."""
+    rows leaves nothing behind): batches (SFT) or whole groups (offline); None when playing.
+    Rows of another tokenizer than the model's are refused first."""
+    from agentgym.rollout.tokenizers import check_rollout_file
+
+    if config.rollout.trajectories is not None:
+        for path in dict.fromkeys(trajectory_files(config.rollout.trajectories)):
+            check_rollout_file(path, learner.engine.tokenizer, model=config.model.model)
     if learner.data == "batches":
         return SFTBatches(config)
     if config.rollout.trajectories is not None:

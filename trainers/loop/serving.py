@@ -66,6 +66,11 @@ class Serving:
                 max_model_len=self.config.rollout.max_context_tokens))
             self.base_url, self.model_name = server.base_url, server.model_name
             self.api_key = server.api_key or "EMPTY"
+        from agentgym.rollout.tokenizers import check_server_tokenizer
+
+        # Rows are rendered in the learner's tokenizer and sampled in the server's: they must agree.
+        check_server_tokenizer(self.base_url, self.tokenizer, model_name=self.model_name, api_key=self.api_key,
+                               model=self.config.model.model)
         if self.config.server.sync_weights:
             from agentgym.trainers.loop.sync import make_weight_sync
 
