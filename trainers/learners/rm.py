@@ -46,7 +46,7 @@ from agentgym.trainers.losses.preference import reward_model_loss
 __all__ = ["RewardModelLearner", "ScoredPair", "episode_tokens", "hold_out_groups"]
 
 #: rollout settings of playing, which a learner that only reads a file leaves alone
-_PLAYING = frozenset({"env_id", "env_kwargs", "group_size", "max_turns", "turn_budget", "max_tokens",
+_PLAYING = frozenset({"env_id", "env_kwargs", "max_turns", "turn_budget", "max_tokens",
                       "max_context_tokens", "temperature", "top_p", "concurrency", "level_seeds", "max_staleness",
                       "asynchronous"})
 
