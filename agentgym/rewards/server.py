@@ -67,17 +67,14 @@ def _require_packages() -> None:
 def create_app(reward: RewardModelReward, *, api_key: str | None = None) -> Any:
     """The FastAPI app serving ``reward`` (a model in this process)."""
     _require_packages()
-    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi import Depends, FastAPI, Header, HTTPException
     from fastapi.concurrency import run_in_threadpool
 
     if reward.url is not None:
         raise ConfigError("The reward model server serves a model folder, not another server's URL.")
 
-    def authorised(request: Request) -> None:
-        if api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+    def authorised(authorization: str = Header(default="")) -> None:
+        if api_key is not None and not hmac.compare_digest(authorization.encode(), f"Bearer {api_key}".encode()):
             raise HTTPException(status_code=401, detail="Send 'Authorization: Bearer KEY' with the server's key.")
 
     app = FastAPI(title="agentgym reward model", dependencies=[Depends(authorised)])
