@@ -4,6 +4,8 @@
     reward = RewardModelReward("http://127.0.0.1:8200")   # or behind `python -m agentgym.rewards.server`
     reward.score([{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}])  # -> 1.73
     env = RewardModelWrapper(agentgym.make("Math-LLM-v0"), reward)   # any env, its reward the model's
+    agentgym.register("MathRM-LLM-v0", "agentgym.rewards.model:reward_model_env", family="math", description="...",
+                      kwargs={"env": "Math-LLM-v0", "reward_model": "http://127.0.0.1:8200"})   # an id to train on
 
 A conversation is rendered by the reward model's chat template (:func:`conversation_ids`) and
 scored by its scalar head at the last token: the same numbers as ``--trainer rm`` computed in
@@ -27,12 +29,12 @@ import gymnasium as gym
 
 from agentgym.errors import ConfigError, JudgeError, MissingDependencyError
 
-__all__ = ["RewardModelReward", "RewardModelWrapper", "conversation_ids", "scored_conversation"]
+__all__ = ["RewardModelReward", "RewardModelWrapper", "conversation_ids", "reward_model_env", "scored_conversation"]
 
-Messages = Sequence[Mapping[str, str]]
+_Messages = Sequence[Mapping[str, str]]
 
 
-def scored_conversation(messages: Messages) -> list[dict[str, str]]:
+def scored_conversation(messages: _Messages) -> list[dict[str, str]]:
     """The messages up to and including the last assistant message (role and content only): what a
     reward model is asked about an episode. The env's reply after the last action is left out."""
     plain = [{"role": str(m["role"]), "content": str(m["content"])} for m in messages]
@@ -40,7 +42,7 @@ def scored_conversation(messages: Messages) -> list[dict[str, str]]:
     return plain[:last + 1]
 
 
-def conversation_ids(tokenizer: Any, messages: Messages) -> list[int]:
+def conversation_ids(tokenizer: Any, messages: _Messages) -> list[int]:
     """``messages`` rendered by ``tokenizer``'s chat template, as token ids (no generation prompt)."""
     return list(tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=True, return_dict=False))
 
@@ -64,7 +66,7 @@ class _LocalModel:
         self.pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else 0
         self.lock = threading.Lock()
 
-    def score(self, conversations: Sequence[Messages], batch_size: int) -> list[float]:
+    def score(self, conversations: Sequence[_Messages], batch_size: int) -> list[float]:
         from agentgym.trainers.engines.base import right_padded
 
         ids = [conversation_ids(self.tokenizer, messages) for messages in conversations]
@@ -102,31 +104,34 @@ class RewardModelReward:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._local = None if self.url else _LocalModel(model, device)
         self._client: Any = None
+        self._lock = threading.Lock()
 
-    def score(self, messages: Messages) -> float:
+    def score(self, messages: _Messages) -> float:
         """The score of one conversation (a list of ``{"role", "content"}`` messages), as it is given."""
         return self.score_many([messages])[0]
 
-    def __call__(self, messages: Messages) -> float:
+    def __call__(self, messages: _Messages) -> float:
         return self.score(messages)
 
-    def score_many(self, conversations: Sequence[Messages]) -> list[float]:
+    def score_many(self, conversations: Sequence[_Messages]) -> list[float]:
         """The scores of several conversations, in order."""
         conversations = [[{"role": str(m["role"]), "content": str(m["content"])} for m in c] for c in conversations]
         if self._local is not None:
             return self._local.score(conversations, self.batch_size)
         return self._post(conversations)
 
-    async def ascore(self, messages: Messages) -> float:
+    async def ascore(self, messages: _Messages) -> float:
         """:meth:`score` from asyncio (in a worker thread: the model's forward pass, or the request)."""
         return await asyncio.to_thread(self.score, messages)
 
     def _post(self, conversations: list[list[dict[str, str]]]) -> list[float]:
         httpx = _httpx()
-        if self._client is None:
-            self._client = httpx.Client(timeout=self.timeout, headers=self._headers, trust_env=False)
+        with self._lock:  # one client, shared by the threads that score (it is thread-safe)
+            if self._client is None:
+                self._client = httpx.Client(timeout=self.timeout, headers=self._headers, trust_env=False)
+            client = self._client
         try:
-            response = self._client.post(f"{self.url}/score", json={"conversations": conversations})
+            response = client.post(f"{self.url}/score", json={"conversations": conversations})
         except httpx.HTTPError as error:
             raise JudgeError(f"The reward model server at {self.url} did not answer: {type(error).__name__}: "
                              f"{error}. Is it up (python -m agentgym.rewards.server)?") from error
@@ -139,7 +144,8 @@ class RewardModelReward:
         return [float(score) for score in scores]
 
     def close(self) -> None:
-        client, self._client = self._client, None
+        with self._lock:
+            client, self._client = self._client, None
         if client is not None:
             client.close()
 
@@ -203,3 +209,22 @@ class RewardModelWrapper(gym.Wrapper):
         if self._owns_reward:
             self.reward.close()
         super().close()
+
+
+def reward_model_env(env: str, reward_model: str, *, mode: Literal["replace", "add"] = "replace", scale: float = 1.0,
+                     **env_kwargs: Any) -> RewardModelWrapper:
+    """``env`` (an id, made with ``env_kwargs``) scored by ``reward_model`` (a folder or a server's URL): an
+    entry point to register an env id with, so a trainer can play it (the module's docstring shows how).
+    The episodes of a process share one :class:`RewardModelReward` of each model (loaded once)."""
+    import agentgym
+
+    with _SHARED_LOCK:
+        reward = _SHARED.get(reward_model)
+        if reward is None:
+            reward = _SHARED[reward_model] = RewardModelReward(reward_model)
+    return RewardModelWrapper(agentgym.make(env, **env_kwargs), reward, mode=mode, scale=scale)
+
+
+#: the rewards of :func:`reward_model_env`, by model, for the life of the process
+_SHARED: dict[str, RewardModelReward] = {}
+_SHARED_LOCK = threading.Lock()

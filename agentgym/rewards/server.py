@@ -33,7 +33,7 @@ from agentgym.errors import ConfigError, MissingDependencyError, ServerStartErro
 from agentgym.net import is_loopback
 from agentgym.rewards.model import RewardModelReward
 
-__all__ = ["DEFAULT_PORT", "MAX_CONVERSATIONS", "RewardModelServer", "ScoreReply", "ScoreRequest", "create_app",
+__all__ = ["DEFAULT_PORT", "MAX_CONVERSATIONS", "ChatMessage", "RewardModelServer", "ScoreReply", "ScoreRequest", "create_app",
            "main"]
 
 DEFAULT_PORT = 8200

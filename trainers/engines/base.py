@@ -33,7 +33,7 @@ import abc
 import contextlib
 import fnmatch
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -98,9 +98,24 @@ def load_model_and_tokenizer(model: str, head: Head = "lm") -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    loaded = model_class(head).from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa",
-                                               **_head_options(head, tokenizer))
+    with _quiet_new_head() if head == "score" else contextlib.nullcontext():
+        loaded = model_class(head).from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa",
+                                                   **_head_options(head, tokenizer))
     return loaded, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_new_head() -> Iterator[None]:
+    """transformers without its load report: a reward model's score head is new on purpose."""
+    import logging
+
+    logger = logging.getLogger("transformers.modeling_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def right_padded(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
