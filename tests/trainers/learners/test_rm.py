@@ -191,3 +191,10 @@ def test_a_run_s_final_model_loads_as_a_sequence_classifier_and_scores_as_traini
         loaded = torch.cat([model(input_ids=torch.tensor([one])).logits.squeeze(-1) for one in ids])
     assert torch.allclose(trained, loaded, atol=1e-5)
     assert not torch.allclose(trained, torch.zeros(2))
+    if backend == "fsdp":  # `agentgym export` of its checkpoint: the same sequence classifier
+        from agentgym.trainers.loop.checkpoint import export_checkpoint, find_checkpoint
+
+        exported = export_checkpoint(find_checkpoint(tmp_path / "run"), tmp_path / "exported")
+        again = AutoModelForSequenceClassification.from_pretrained(exported).eval()
+        with torch.no_grad():
+            assert float(again(input_ids=torch.tensor([ids[0]])).logits) == pytest.approx(float(loaded[0]), abs=1e-5)
