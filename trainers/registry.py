@@ -2,7 +2,7 @@
 name -> its engine.
 
 ``agentgym train --trainer NAME --backend BACKEND`` looks them up here. Built in: ``grpo``,
-``ppo``, ``dpo``, ``sft`` and ``distill``, each on the backends ``fsdp`` and ``trl``. A learner
+``ppo``, ``dpo``, ``sft``, ``distill`` and ``rm``, each on the backends ``fsdp`` and ``trl``. A learner
 is a :class:`~agentgym.trainers.learners.base.Learner` class; the run loop
 (:mod:`agentgym.trainers.loop.run`) does everything else, so a trainer is a learner, a loss and
 its settings section (:func:`~agentgym.trainers.sections.register_section`).
@@ -41,6 +41,7 @@ from agentgym.registry import load_entry_points
 __all__ = [
     "ENTRY_POINT_GROUP",
     "TrainerSpec",
+    "build_engine",
     "build_learner",
     "check_settings",
     "engine_class",
@@ -175,11 +176,15 @@ def check_settings(config: Any) -> None:
     config.check_used(set(_ALWAYS | learner.sections | engine.sections), set(learner.unread(config)))
 
 
+def build_engine(config: Any, dist: Any) -> Any:
+    """The engine of ``config``'s backend, its model the head ``config``'s trainer learns with."""
+    return engine_class(config.run.backend)(config, dist, head=learner_class(config.run.trainer).head)
+
+
 def build_learner(config: Any, dist: Any) -> Any:
     """The learner of ``config``'s trainer on its backend's engine (the settings checked first)."""
     check_settings(config)
-    learner = learner_class(config.run.trainer)
-    return learner(config, engine_class(config.run.backend)(config, dist))
+    return learner_class(config.run.trainer)(config, build_engine(config, dist))
 
 
 def list_trainers() -> list[TrainerSpec]:
@@ -220,6 +225,8 @@ def _register_builtin() -> None:
     register_trainer("distill", f"{learners}.distill:DistillLearner", backends=both,
                      description="Distil a teacher: forward KL on rows of a file, or reverse KL on the student's "
                                  "own episodes.")
+    register_trainer("rm", f"{learners}.rm:RewardModelLearner", backends=both,
+                     description="A reward model (Bradley-Terry) on DPO's pairs of a file; held-out pair accuracy.")
 
 
 _register_builtin()

@@ -94,7 +94,7 @@ def train_command(
         "--settings", help="List every setting with its default and meaning, then exit.",
         rich_help_panel=SETTINGS_PANEL)] = False,
 ) -> None:
-    """Train a model with grpo, ppo, dpo, sft or distill, on an env or on rollout files.
+    """Train a model with grpo, ppo, dpo, sft, distill or rm, on an env or on rollout files.
 
     grpo, ppo: learn from the episodes they play (ppo with a critic).
     dpo: from pairs of episodes of a group, or from a pairs file.

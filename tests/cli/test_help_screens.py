@@ -99,6 +99,6 @@ def test_the_command_list_names_every_trainer_on_unbroken_lines() -> None:
     start = next(index for index, line in enumerate(lines) if line.startswith("│ train "))
     entry = [lines[start]] + [line for line in lines[start + 1:start + 3] if line.startswith("│         ")]
     text = " ".join(" ".join(line.strip("│ ").split()) for line in entry)
-    assert text == "train Train a model with grpo, ppo, dpo, sft or distill, on an env or on rollout files."
+    assert text == "train Train a model with grpo, ppo, dpo, sft, distill or rm, on an env or on rollout files."
     for spec in list_trainers():
         assert re.search(rf"\b{spec.name}\b", summary), spec.name

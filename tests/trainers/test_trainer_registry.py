@@ -77,7 +77,7 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 def test_every_built_in_trainer_runs_on_both_backends() -> None:
     names = {spec.name: spec for spec in list_trainers()}
-    assert set(names) == {"grpo", "sft", "distill", "dpo", "ppo"}
+    assert set(names) == {"grpo", "sft", "distill", "dpo", "ppo", "rm"}
     for name, spec in names.items():
         assert set(spec.backends) == {"fsdp", "trl"}, name
     assert names["grpo"].learner == "agentgym.trainers.learners.grpo:GRPOLearner"
@@ -97,11 +97,11 @@ def test_a_trainer_is_one_learner_class_and_a_backend_one_engine_class() -> None
 
 def test_a_misspelt_trainer_says_what_was_meant() -> None:
     with pytest.raises(UnknownTrainerError, match=r"No trainer registered as 'gpro'\. Did you mean 'grpo', 'ppo' or 'dpo'\? "
-                                                  r"Registered: distill, dpo, grpo, ppo, sft\."):
+                                                  r"Registered: distill, dpo, grpo, ppo, rm, sft\."):
         trainer_spec("gpro")
     with pytest.raises(UnknownTrainerError, match="Did you mean 'sft'"):
         learner_class("SFT")
-    with pytest.raises(UnknownTrainerError, match=r"'xyz'\. Registered: distill, dpo, grpo, ppo, sft\."):
+    with pytest.raises(UnknownTrainerError, match=r"'xyz'\. Registered: distill, dpo, grpo, ppo, rm, sft\."):
         learner_class("xyz")
 
 
@@ -187,6 +187,6 @@ def test_plugins_load_from_entry_points_and_a_broken_one_is_only_a_warning(
                         lambda group: entries if group == registry.ENTRY_POINT_GROUP else [])
     with pytest.warns(PluginLoadWarning, match="'broken' .* failed to load: RuntimeError: this plugin is broken"):
         names = [spec.name for spec in list_trainers()]
-    assert names == ["distill", "dpo", "echo", "grpo", "ppo", "sft"]
+    assert names == ["distill", "dpo", "echo", "grpo", "ppo", "rm", "sft"]
     assert learner_class("echo") is EchoLearner
     assert registry.load_trainer_plugins() == []  # each entry point is loaded once

@@ -79,7 +79,8 @@ def make_learner(learner: type, config: Any, dist: Any = None) -> Any:
     from agentgym.trainers.registry import check_settings, engine_class
 
     check_settings(config)
-    return learner(config, engine_class(config.run.backend)(config, dist if dist is not None else Dist()))
+    engine = engine_class(config.run.backend)(config, dist if dist is not None else Dist(), head=learner.head)
+    return learner(config, engine)
 
 
 def keep_current_as_reference(engine: Any, folder: Any) -> None:

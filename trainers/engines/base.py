@@ -19,6 +19,12 @@ update under half a bf16 ulp: at the learning rates pretrained models use, most 
 Logprobs and entropies come from the logits of the positions that predict sampled tokens only,
 a chunk of positions at a time (:func:`chunked_logprobs`): the float32 softmax of a whole
 micro-batch over a 49k vocabulary is never held at once.
+
+Heads: an engine trains a causal LM (``head="lm"``, every trainer but one) or a reward model
+(``head="score"``, ``--trainer rm``): the same trunk with a scalar linear head read at each
+sequence's last token, transformers' ``AutoModelForSequenceClassification`` with one label, as
+TRL's ``RewardTrainer`` trains it. Its numbers come from :meth:`Engine.scores` (and on trl
+from ``RewardTrainer``, :class:`RewardLoss`); ``final/`` is a sequence-classification folder.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ import abc
 import contextlib
 import fnmatch
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -40,8 +46,11 @@ from agentgym.trainers.engines.batch import MicroBatch, TrainSequence, collate
 from agentgym.trainers.engines.distributed import Dist
 from agentgym.trainers.engines.optimizers import build_optimizer
 
-__all__ = ["LOGPROB_CHUNK", "Engine", "PreferenceLoss", "chunked_logprobs", "freeze_parameters", "load_model_and_tokenizer",
-           "lr_factor"]
+__all__ = ["LOGPROB_CHUNK", "Engine", "Head", "PreferenceLoss", "RewardLoss", "chunked_logprobs", "freeze_parameters",
+           "load_model_and_tokenizer", "lr_factor", "model_class", "right_padded"]
+
+#: what the trained model predicts: the next token (a causal LM), or one score a sequence (a reward model)
+Head = Literal["lm", "score"]
 
 #: positions whose float32 log-softmax is computed at once (a 49k vocabulary: 50 MB a chunk)
 LOGPROB_CHUNK = 256
@@ -57,16 +66,68 @@ class PreferenceLoss(Protocol):
         each one sequence."""
 
 
-def load_model_and_tokenizer(model: str) -> tuple[Any, Any]:
-    """The causal LM (float32 weights, SDPA attention) and tokenizer of ``model`` ('tiny', a folder or a
-    hub id). SDPA is asked for by name so the engines know the attention mask it takes."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+@runtime_checkable
+class RewardLoss(Protocol):
+    """An engine with a reward-model loss of its own (the trl backend's, TRL's ``RewardTrainer``)."""
+
+    def reward_loss(self, chosen: Sequence[Sequence[int]], rejected: Sequence[Sequence[int]]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The mean Bradley-Terry loss (the ``rm`` settings) of the pairs (``chosen[i]``, ``rejected[i]``),
+        and the scores of the chosen and of the rejected sequences, from one forward pass."""
+
+
+def model_class(head: Head) -> Any:
+    """The transformers auto class of ``head``: a causal LM, or a sequence classifier (a reward model)."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification if head == "score" else AutoModelForCausalLM
+
+
+def _head_options(head: Head, tokenizer: Any) -> dict[str, Any]:
+    """A reward model's config: one label, and the pad id its head uses to find each sequence's last token."""
+    return {"num_labels": 1, "pad_token_id": tokenizer.pad_token_id} if head == "score" else {}
+
+
+def load_model_and_tokenizer(model: str, head: Head = "lm") -> tuple[Any, Any]:
+    """The model (float32 weights, SDPA attention) and tokenizer of ``model`` ('tiny', a folder or a
+    hub id): a causal LM, or with ``head="score"`` a reward model (a new head on a causal LM's folder,
+    seeded by the caller). SDPA is asked for by name so the engines know the attention mask it takes."""
+    from transformers import AutoTokenizer
 
     path = resolve_model(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa"), tokenizer
+    with _quiet_new_head() if head == "score" else contextlib.nullcontext():
+        loaded = model_class(head).from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa",
+                                                   **_head_options(head, tokenizer))
+    return loaded, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_new_head() -> Iterator[None]:
+    """transformers without its load report: a reward model's score head is new on purpose."""
+    import logging
+
+    logger = logging.getLogger("transformers.modeling_utils")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def right_padded(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, L] token ids padded on the right with ``pad_id``, and their attention mask: the layout of
+    TRL's reward collator, so a reward model reads each sequence's score at its last token."""
+    width = max(len(ids) for ids in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(sequences):
+        input_ids[row, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        mask[row, :len(ids)] = 1
+    return input_ids, mask
 
 
 def freeze_parameters(model: torch.nn.Module, patterns: Sequence[str]) -> list[str]:
@@ -163,9 +224,11 @@ class Engine(abc.ABC):
     #: whether micro-batches may be packed (one row holding several sequences)
     packs = False
 
-    def __init__(self, config: Any, dist: Dist) -> None:
+    def __init__(self, config: Any, dist: Dist, *, head: Head = "lm") -> None:
+        """``head``: what the model predicts (the learner's :attr:`~agentgym.trainers.learners.base.Learner.head`)."""
         self.config = config
         self.dist = dist
+        self.head = head
         self.model_path = resolve_model(config.model.model)
         self.version = 0
         self.optimizer_steps = 0
@@ -178,8 +241,8 @@ class Engine(abc.ABC):
 
     def build_model(self) -> tuple[torch.nn.Module, Any]:
         """The start model to train (float32, LoRA or frozen parameters applied) and its tokenizer."""
-        torch.manual_seed(self.config.run.seed)  # the same LoRA initialisation on every rank and every run
-        model, tokenizer = load_model_and_tokenizer(self.model_path)
+        torch.manual_seed(self.config.run.seed)  # the same LoRA (and score head) initialisation on every rank and run
+        model, tokenizer = load_model_and_tokenizer(self.model_path, self.head)
         model.config.use_cache = False
         if self.config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -275,6 +338,21 @@ class Engine(abc.ABC):
             per_token = logits[batch.token_index.to(logits.device)]
             return torch.log_softmax(per_token.float(), dim=-1)
 
+    @property
+    def input_device(self) -> torch.device:
+        """Where a forward pass's inputs go."""
+        return self.dist.device
+
+    def scores(self, sequences: Sequence[Sequence[int]]) -> torch.Tensor:
+        """[N] float scores of a reward model (``head="score"``) for token sequences, differentiable: one
+        padded forward pass, each read at its sequence's last token, as transformers' sequence
+        classifier and TRL's ``RewardTrainer`` read it."""
+        input_ids, mask = right_padded(sequences, self.pad_id)
+        with self.autocast():
+            output = self.policy()(input_ids=input_ids.to(self.input_device),
+                                   attention_mask=mask.to(self.input_device), use_cache=False)
+        return output.logits.squeeze(-1).float()
+
     def sft_loss(self, sequences: Sequence[TrainSequence], loss_tokens: float) -> torch.Tensor:
         """Negative log-likelihood of the sequences' sampled tokens (at temperature 1), summed and divided
         by ``loss_tokens``: the pass's share of a batch's token mean."""
@@ -357,10 +435,11 @@ class Engine(abc.ABC):
         state = self.full_weights()
         folder = Path(folder)
         if self.dist.is_main:
-            from transformers import AutoConfig, AutoModelForCausalLM
+            from transformers import AutoConfig
 
+            config = AutoConfig.from_pretrained(self.model_path, **_head_options(self.head, self.tokenizer))
             with torch.device("meta"):
-                skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.model_path))
+                skeleton = model_class(self.head).from_config(config)
             skeleton.load_state_dict(state, assign=True, strict=False)
             skeleton.tie_weights()
             skeleton.save_pretrained(folder)

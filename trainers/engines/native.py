@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from agentgym.trainers.engines.base import Engine
+from agentgym.trainers.engines.base import Engine, Head
 from agentgym.trainers.engines.batch import MicroBatch, packed_attention_mask
 from agentgym.trainers.engines.distributed import Dist, full_state_dict, shard_model
 
@@ -29,8 +29,8 @@ class NativeEngine(Engine):
 
     sections = frozenset({"native"})
 
-    def __init__(self, config: Any, dist: Dist) -> None:
-        super().__init__(config, dist)
+    def __init__(self, config: Any, dist: Dist, *, head: Head = "lm") -> None:
+        super().__init__(config, dist, head=head)
         model, self._tokenizer = self.build_model()
         self.model = self.place(model.train())
         self.optimizer = self.build_optimizer([p for p in self.model.parameters() if p.requires_grad])

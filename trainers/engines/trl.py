@@ -15,7 +15,10 @@ An ``SFTTrainer`` is built once and used as a component, never driven by its own
   (:mod:`~agentgym.trainers.losses`);
 - DPO's loss is a ``DPOTrainer``'s public ``compute_loss`` (built on first use, around the
   same model), given the pairs as its collator writes them (chosen then rejected, a
-  completion mask that skips the env's tokens) and the reference's logprobs precomputed.
+  completion mask that skips the env's tokens) and the reference's logprobs precomputed;
+- a reward model (``head="score"``, ``--trainer rm``) sits in a ``RewardTrainer`` instead of the
+  ``SFTTrainer``: its ``compute_loss`` (public) is the Bradley-Terry loss, on the pairs as its
+  ``data_collator`` pads them.
 
 Why not ``GRPOTrainer``: its documented ``rollout_func`` path computes its own
 advantages from one scalar reward per completion, so per-turn baselines, group
@@ -36,7 +39,7 @@ from typing import Any
 import torch
 
 from agentgym.errors import ConfigError
-from agentgym.trainers.engines.base import Engine
+from agentgym.trainers.engines.base import Engine, Head
 from agentgym.trainers.engines.batch import MicroBatch, TrainSequence
 from agentgym.trainers.engines.distributed import Dist
 
@@ -82,26 +85,41 @@ def quiet_trl() -> Iterator[None]:
 class TRLEngine(Engine):
     """The model inside a TRL ``SFTTrainer`` used as a component (see the module's docstring)."""
 
-    def __init__(self, config: Any, dist: Dist) -> None:
+    def __init__(self, config: Any, dist: Dist, *, head: Head = "lm") -> None:
         if dist.sharded or int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("The trl backend runs in one process; under torchrun use --backend fsdp.")
-        super().__init__(config, dist)
-        from trl import SFTConfig, SFTTrainer
-
+        super().__init__(config, dist, head=head)
         model, self._tokenizer = self.build_model()
         optimizer = self.build_optimizer([p for p in model.parameters() if p.requires_grad])
-        args = SFTConfig(max_length=config.rollout.max_context_tokens, **self._trainer_args())
-        from datasets import Dataset
-
-        # SFTTrainer wants a dataset; the run skeleton feeds every batch itself, so one placeholder row.
-        placeholder = Dataset.from_dict({"input_ids": [[self.pad_id, self.pad_id]], "completion_mask": [[0, 1]]})
         with quiet_trl():
-            self.trainer = SFTTrainer(model=model, args=args, processing_class=self._tokenizer,
-                                      train_dataset=placeholder, optimizers=(optimizer, None))
+            self.trainer = (self._reward_trainer(model, optimizer) if head == "score"
+                            else self._sft_trainer(model, optimizer))
         self.model = self.trainer.model
         self.model.train()
         self.optimizer = optimizer
         self._dpo: Any = None  # the DPOTrainer of preference_loss, built on first use
+
+    def _sft_trainer(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+
+        args = SFTConfig(max_length=self.config.rollout.max_context_tokens, **self._trainer_args())
+        # SFTTrainer wants a dataset; the run skeleton feeds every batch itself, so one placeholder row.
+        placeholder = Dataset.from_dict({"input_ids": [[self.pad_id, self.pad_id]], "completion_mask": [[0, 1]]})
+        return SFTTrainer(model=model, args=args, processing_class=self._tokenizer, train_dataset=placeholder,
+                          optimizers=(optimizer, None))
+
+    def _reward_trainer(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
+        """A ``RewardTrainer`` around the reward model: its loss with the ``rm`` settings, no length filter."""
+        from datasets import Dataset
+        from trl import RewardConfig, RewardTrainer
+
+        coefficient = self.config.rm.center_rewards_coefficient
+        args = RewardConfig(max_length=None, center_rewards_coefficient=coefficient or None, **self._trainer_args())
+        # A tokenized placeholder pair (RewardTrainer wants a dataset); the learner feeds every pair.
+        placeholder = Dataset.from_dict({"chosen_ids": [[self.pad_id]], "rejected_ids": [[self.pad_id]]})
+        return RewardTrainer(model=model, args=args, processing_class=self._tokenizer, train_dataset=placeholder,
+                             optimizers=(optimizer, None))
 
     def _trainer_args(self) -> dict[str, Any]:
         """What the TRL trainers used as components share: the run's folder, device, precision and seed;
@@ -115,6 +133,10 @@ class TRLEngine(Engine):
 
     def policy(self) -> torch.nn.Module:
         return self.model
+
+    @property
+    def input_device(self) -> torch.device:
+        return self.trainer.accelerator.device
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return self.trainer.accelerator.autocast()
@@ -175,6 +197,17 @@ class TRLEngine(Engine):
                   "ref_chosen_logps": ref_chosen.to(device), "ref_rejected_logps": ref_rejected.to(device)}
         with trainer.accelerator.autocast():
             return trainer.compute_loss(self.model, inputs)
+
+    def reward_loss(self, chosen: Sequence[Sequence[int]], rejected: Sequence[Sequence[int]]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """TRL's reward-model loss of the pairs: ``RewardTrainer.compute_loss`` on them as its collator pads
+        them (chosen then rejected), and the scores it read (its outputs)."""
+        features = [{"chosen_ids": list(c), "rejected_ids": list(r)} for c, r in zip(chosen, rejected)]
+        inputs = {key: value.to(self.input_device) for key, value in self.trainer.data_collator(features).items()}
+        with self.autocast():
+            loss, outputs = self.trainer.compute_loss(self.model, inputs, return_outputs=True)
+        chosen_scores, rejected_scores = outputs.logits.squeeze(-1).float().chunk(2)
+        return loss, chosen_scores, rejected_scores
 
     def _dpo_trainer(self) -> Any:
         """A ``DPOTrainer`` around this engine's model (its optimiser, the run's settings), built once."""

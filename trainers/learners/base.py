@@ -27,7 +27,7 @@ from typing import Any, Literal
 import torch
 
 from agentgym.rollout.rows import TrajectoryRow
-from agentgym.trainers.engines.base import Engine
+from agentgym.trainers.engines.base import Engine, Head
 
 __all__ = ["Learner"]
 
@@ -43,6 +43,8 @@ class Learner(abc.ABC):
     data: Literal["episodes", "batches"] = "episodes"
     #: whether the loop keeps the model the run starts from as the reference (and in OUT/reference)
     needs_reference: bool = False
+    #: what its engine's model predicts: "lm" (the next token) or "score" (one number a sequence: rm's)
+    head: Head = "lm"
 
     def __init__(self, config: Any, engine: Engine) -> None:
         self.config = config

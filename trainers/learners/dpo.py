@@ -41,7 +41,7 @@ from agentgym.trainers.learners.base import Learner
 from agentgym.trainers.learners.minibatch import MiniBatchLoop
 from agentgym.trainers.losses.preference import dpo_loss
 
-__all__ = ["DPOLearner", "Pair", "pair_file_rows", "preference_pairs"]
+__all__ = ["DPOLearner", "Pair", "pair_file_rows", "preference_pairs", "read_preference_rows"]
 
 _PAIR_COLUMNS = {"prompt", "chosen", "rejected"}
 
@@ -134,6 +134,16 @@ def _tokenized_pair(record: Any, tokenizer: Any, path: str, number: int
     return prompt_ids, completions
 
 
+def read_preference_rows(path: str, tokenizer: Any) -> list[TrajectoryRow]:
+    """The rows of ``--trajectories`` for preference pairs: a pairs file's groups of two
+    (:func:`pair_file_rows`), or a rollout file's rows (its groups pair up by reward)."""
+    if "," not in path and _is_pair_file(path):
+        return pair_file_rows(path, tokenizer)
+    from agentgym.rollout.storage import read_rows
+
+    return list(read_rows(path))
+
+
 def _is_pair_file(path: str) -> bool:
     """Whether ``path`` holds prompt / chosen / rejected columns (else it should be a rollout file)."""
     if path.endswith(".parquet"):
@@ -185,9 +195,7 @@ class DPOLearner(Learner):
                                                        filler=lambda: _FILLER)
 
     def read_recorded(self, path: str) -> list[TrajectoryRow]:
-        if "," not in path and _is_pair_file(path):
-            return pair_file_rows(path, self.engine.tokenizer)
-        return super().read_recorded(path)
+        return read_preference_rows(path, self.engine.tokenizer)
 
     def _pair_length(self, pair: Pair) -> int:
         rows = self._episodes.get(pair.chosen, []) + self._episodes.get(pair.rejected, [])

@@ -1,4 +1,5 @@
-"""The settings each learner reads: GRPO's advantages, PPO's critic, DPO's pairs, SFT's batches, distillation's teacher."""
+"""The settings each learner reads: GRPO's advantages, PPO's critic, DPO's pairs, SFT's batches, distillation's teacher,
+the reward model's held-out pairs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import Field, model_validator
 from agentgym.trainers.losses.settings import AdvantageMethod, Baseline
 from agentgym.trainers.sections import Section, register_section
 
-__all__ = ["DPOSettings", "DistillSettings", "GRPOSettings", "PPOSettings", "SFTSettings"]
+__all__ = ["DPOSettings", "DistillSettings", "GRPOSettings", "PPOSettings", "RMSettings", "SFTSettings"]
 
 
 class GRPOSettings(Section):
@@ -103,8 +104,23 @@ class DistillSettings(Section):
         return self
 
 
+class RMSettings(Section):
+    """Reward model (--trainer rm): the pairs held out to measure it, and its loss. Its pairs are DPO's
+    (``pairs``, ``pair_margin``)."""
+
+    eval_fraction: float = Field(0.1, ge=0, lt=1)
+    """Share of the file's groups (a pairs file: of its pairs) held out, never trained on: the pairs
+    ``eval_accuracy`` is measured on (0: none)."""
+    eval_every: int = Field(1, ge=1)
+    """Measure the held-out pairs every this many steps (and at the last)."""
+    center_rewards_coefficient: float = Field(0.0, ge=0)
+    """Adds this times the mean of (r_chosen + r_rejected)^2 to the loss, so scores stay near 0
+    (Eisenstein et al. 2023; TRL's RewardConfig option of that name); 0: off."""
+
+
 register_section("grpo", GRPOSettings)
 register_section("ppo", PPOSettings)
 register_section("dpo", DPOSettings)
 register_section("sft", SFTSettings)
 register_section("distill", DistillSettings)
+register_section("rm", RMSettings)

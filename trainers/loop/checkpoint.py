@@ -131,7 +131,7 @@ def export_checkpoint(folder: str | Path, out: str | Path, *, device: str = "cpu
     from; a LoRA checkpoint holds only the adapters, which are merged into it.
     """
     from agentgym.trainers.engines.distributed import init_distributed
-    from agentgym.trainers.registry import engine_class
+    from agentgym.trainers.registry import build_engine
     from agentgym.trainers.settings import TrainConfig
 
     folder = Path(folder)
@@ -139,6 +139,6 @@ def export_checkpoint(folder: str | Path, out: str | Path, *, device: str = "cpu
     saved = TrainConfig.from_yaml(path)
     # Only the model matters here: the same backend's engine, no reference model, no level list.
     config = saved.updated({"kl_coef": 0.0, "level_seeds": None, "out": str(Path(out).parent / ".export")})
-    engine = engine_class(str(config.run.backend))(config, init_distributed(device))
+    engine = build_engine(config, init_distributed(device))
     engine.load_state(torch.load(folder / "trainer.pt", map_location="cpu", weights_only=True))
     return engine.export(out)

@@ -16,8 +16,8 @@ class RunSettings(Section):
     """The run: which trainer on which backend, its folder, length, budget, checkpoints and logs."""
 
     trainer: str = "grpo"
-    """Trainer: grpo (online RL), ppo (RL with a critic), dpo (preference pairs), sft (fine-tune on rows)
-    or distill (learn a teacher's distributions), or a plugin's."""
+    """Trainer: grpo (online RL), ppo (RL with a critic), dpo (preference pairs), sft (fine-tune on rows),
+    distill (learn a teacher's distributions) or rm (a reward model on pairs), or a plugin's."""
     backend: str | None = None
     """fsdp (native PyTorch, FSDP2 under torchrun) or trl; none: the trainer's default (sft: trl, the
     others: fsdp)."""

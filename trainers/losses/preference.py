@@ -1,10 +1,10 @@
-"""Preference losses on pairs of completions: DPO and IPO."""
+"""Preference losses on pairs of completions: DPO and IPO, and a reward model's Bradley-Terry loss."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["dpo_loss"]
+__all__ = ["dpo_loss", "reward_model_loss"]
 
 
 def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor,
@@ -32,3 +32,19 @@ def dpo_loss(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Ten
         return (mean_margin - 1.0 / (2.0 * beta)) ** 2, margin.detach()
     raise ValueError(f"unknown DPO loss {kind!r}: sigmoid or ipo")
 
+
+
+def reward_model_loss(chosen: torch.Tensor, rejected: torch.Tensor, *, center_coefficient: float = 0.0
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reward model's loss of each pair, and each pair's score margin.
+
+    ``chosen``/``rejected``: the model's scores of each pair's two sequences. The Bradley-Terry
+    likelihood of the preference (Ouyang et al. 2022): -log sigmoid(chosen - rejected), plus
+    ``center_coefficient`` * (chosen + rejected)^2, which keeps the scores near 0 (Eisenstein et
+    al. 2023); the mean over pairs is TRL's ``RewardTrainer`` loss.
+    """
+    margin = chosen - rejected
+    loss = -torch.nn.functional.logsigmoid(margin)
+    if center_coefficient:
+        loss = loss + center_coefficient * (chosen + rejected) ** 2
+    return loss, margin.detach()
