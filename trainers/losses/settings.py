@@ -10,9 +10,10 @@ from pydantic import Field
 from agentgym.trainers.sections import Section, register_section
 
 __all__ = ["AdvantageMethod", "Baseline", "Correction", "CorrectionLevel", "KLPenalty", "LossAggregation",
-           "LossSettings"]
+           "LossSettings", "PolicyLoss"]
 
-AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo"]
+AdvantageMethod = Literal["grpo", "grpo_no_std", "dr_grpo", "rloo", "reinforce_pp"]
+PolicyLoss = Literal["clip", "gspo", "cispo"]
 Baseline = Literal["episode", "turn"]
 LossAggregation = Literal["token_mean", "sequence_mean", "constant_sum"]
 Correction = Literal["none", "truncate", "mask"]
@@ -23,10 +24,14 @@ KLPenalty = Literal["k3", "k2", "k1_reward"]
 class LossSettings(Section):
     """The clipped, importance-corrected policy loss and its KL to the reference (GRPO, PPO)."""
 
+    policy_loss: PolicyLoss = "clip"
+    """clip: PPO's clip of each token's ratio; gspo: the clip of each sequence's ratio, exp of the mean
+    of its tokens' log-ratios (Zheng et al. 2025, who clip at 3e-4 / 4e-4); cispo: the clipped ratio,
+    detached, weights each token's log-prob, so no token loses its gradient (MiniMax-M1)."""
     clip_low: float = Field(0.2, ge=0)
-    """PPO clip below 1."""
+    """Clip of the ratio below 1 (PPO's, GSPO's on the sequence's ratio, CISPO's on its weight)."""
     clip_high: float = Field(0.28, ge=0)
-    """PPO clip above 1 (DAPO's clip-higher)."""
+    """Clip of the ratio above 1 (DAPO's clip-higher)."""
     aggregation: LossAggregation = "token_mean"
     """token_mean (over the mini-batch's sampled tokens), sequence_mean (per sequence, then over
     sequences) or constant_sum (Dr. GRPO: summed, over sequences times ``constant_sum_tokens``)."""
