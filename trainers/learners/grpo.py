@@ -119,9 +119,11 @@ class GRPOLearner(Learner):
 
     def has_signal(self, group: Sequence[TrajectoryRow]) -> bool:
         """Whether a group's episodes' rewards (overlong-shaped, before any KL) differ: what
-        ``filter_zero_variance`` keeps."""
+        ``filter_zero_variance`` keeps (with ``reinforce_pp``, a lone episode too: it has no group)."""
         rewards = {row.episode_id: row.reward for row in self.shaped_rewards(group)[0]}
-        return len(rewards) > 1 and max(rewards.values()) - min(rewards.values()) > 1e-6
+        if len(rewards) == 1:
+            return self.config.grpo.advantage == "reinforce_pp"
+        return max(rewards.values()) - min(rewards.values()) > 1e-6
 
     # -- the pieces of a step -----------------------------------------------------
 

@@ -379,3 +379,4 @@ def test_the_learner_tells_the_loop_which_groups_have_signal(make_row) -> None:
     assert trainer.has_signal([make_row(reward=1.0, index=0), make_row(reward=0.0, index=1)])
     assert not trainer.has_signal([make_row(reward=0.3, index=0), make_row(reward=0.3, index=1)])
     assert not trainer.has_signal([make_row(reward=1.0, index=0)])  # a lone episode: no group to compare
+    assert _trainer(advantage="reinforce_pp").has_signal([make_row(reward=1.0, index=0)])  # no group needed
