@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,16 @@ __all__ = ["SECTIONS", "TrainConfig", "setting_help", "setting_rows", "settings_
 def _register_builtin_sections() -> None:
     """Import the modules that register the built-in sections, in the order help and docs show them
     (each is as light as pydantic: the command line reads them)."""
-    for module in ("loop", "engines", "losses", "learners", "research"):
-        importlib.import_module(f"agentgym.trainers.{module}.settings")
+    modules = [f"agentgym.trainers.{part}.settings" for part in ("loop", "engines", "losses", "learners", "research")]
+    for module in modules:
+        importlib.import_module(module)
+    # A test or a plugin may import one of these modules first, which registers its sections first:
+    # order the built-in ones as listed (plugins after them, each module's in its own order), so help
+    # and the docs' table read the same whatever was imported when.
+    rank = {module: index for index, module in enumerate(modules)}
+    ordered = sorted(SECTIONS.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))
+    SECTIONS.clear()
+    SECTIONS.update(ordered)
 
 
 _register_builtin_sections()
@@ -170,6 +179,17 @@ class TrainConfig:
             return [self.run.seed * 1_000_003 + group for group in groups]
         levels = read_seeds(self.rollout.level_seeds)
         return [levels[group % len(levels)] for group in groups]
+
+    def refill_seeds(self, step: int, round: int) -> list[int]:
+        """The seed of each group of ``step``'s extra ``round`` (1, 2, ...: dynamic sampling): a hash of the
+        run's seed, the step, the round and the group, in [2**31, 2**32) (far from the steps' own seeds, and
+        within what any seeding takes); with ``level_seeds``, the level that hash picks."""
+        hashes = [zlib.crc32(repr((self.run.seed, step, round, group)).encode())
+                  for group in range(self.rollout.groups_per_step)]
+        if self.rollout.level_seeds is None:
+            return [2**31 + value % 2**31 for value in hashes]
+        levels = read_seeds(self.rollout.level_seeds)
+        return [levels[value % len(levels)] for value in hashes]
 
 
 def _place(nested: dict[str, dict[str, Any]], key: str, value: Any) -> None:

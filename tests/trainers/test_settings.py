@@ -44,7 +44,7 @@ def test_needs_an_env_or_a_rollout_file() -> None:
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"episodes_per_step": 30, "group_size": 8}, r"episodes_per_step \(30\) must be a multiple of group_size \(8\)"),
-    ({"advantage": "ppo"}, r"grpo.advantage: Input should be 'grpo', 'grpo_no_std', 'dr_grpo' or 'rloo'"),
+    ({"advantage": "ppo"}, r"grpo.advantage: Input should be 'grpo', 'grpo_no_std', 'dr_grpo', 'rloo' or 'reinforce_pp'"),
     ({"lr": -1.0}, r"optim.lr: Input should be greater than or equal to 0 \(got -1.0\)"),
     ({"top_p": 1.5}, r"rollout.top_p: Input should be less than or equal to 1"),
     ({"steps": 0}, r"run.steps: Input should be greater than or equal to 1"),

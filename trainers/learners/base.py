@@ -50,6 +50,18 @@ class Learner(abc.ABC):
         self.config = config
         self.engine = engine
 
+    @property
+    def refill_rounds(self) -> int:
+        """Extra rounds of groups the loop may play for a step whose groups lack signal (DAPO's dynamic
+        sampling; see :meth:`has_signal`). 0: none."""
+        return 0
+
+    def has_signal(self, group: Sequence[TrajectoryRow]) -> bool:
+        """Whether a group's rows (its episodes of one seed) have something to teach; the loop refills a
+        step until ``groups_per_step`` groups have (when :attr:`refill_rounds` allows)."""
+        del group
+        return True
+
     @classmethod
     def check(cls, config: Any) -> None:
         """Checks of the settings before any model is loaded (raise a ConfigError that names the fix)."""

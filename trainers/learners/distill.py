@@ -63,10 +63,10 @@ _PLAYING = frozenset({"env_id", "env_kwargs", "group_size", "max_turns", "turn_b
                       "top_p", "concurrency", "level_seeds", "max_staleness", "asynchronous", "base_url", "api_key",
                       "engine", "sync_weights"})
 #: the policy loss's settings reverse_kl leaves alone (it reads the importance correction's only)
-_CLIP_AND_AGGREGATION = frozenset({"clip_low", "clip_high", "aggregation", "constant_sum_tokens",
+_CLIP_AND_AGGREGATION = frozenset({"policy_loss", "clip_low", "clip_high", "aggregation", "constant_sum_tokens",
                                    "top_entropy_quantile"})
-#: the reference slot holds the teacher: no KL to a start model
-_NO_KL = frozenset({"kl_coef", "kl_penalty"})
+#: the reference slot holds the teacher: no KL to a start model; and no env reward to shape
+_NO_KL = frozenset({"kl_coef", "kl_penalty", "overlong_max_tokens", "overlong_cache_tokens", "overlong_penalty"})
 
 
 @dataclass

@@ -4,8 +4,10 @@ One :meth:`GRPOLearner.train_step` takes a step's rows and:
 
 1. :meth:`compute_advantages`: group-relative, one per completion token of each row
    (the episode's, or each turn's with ``grpo.baseline=turn``), groups with nothing to teach
-   left out; with ``loss.kl_penalty=k1_reward`` each episode's reward first loses
-   ``kl_coef`` times its summed log-ratio to the reference; the experimental options
+   left out; the rewards first shaped (:meth:`shaped_rewards`: DAPO's overlong penalty), and with
+   ``loss.kl_penalty=k1_reward`` each episode's reward loses ``kl_coef`` times its summed
+   log-ratio to the reference (``grpo.advantage=reinforce_pp``: token by token, REINFORCE++'s
+   returns whitened over the step); the experimental options
    (:mod:`agentgym.trainers.research`) last;
 2. turns the rows into sequences and runs the shared
    :class:`~agentgym.trainers.learners.minibatch.MiniBatchLoop` (epochs, mini-batches, ranks,
@@ -13,6 +15,9 @@ One :meth:`GRPOLearner.train_step` takes a step's rows and:
 3. :meth:`compute_loss` on each pass: :func:`~agentgym.trainers.losses.policy.policy_loss`,
    importance-corrected against the server's logprobs, normalised over the whole mini-batch
    (every rank, every micro-batch), so accumulation and the number of ranks change nothing.
+
+With ``grpo.dynamic_sampling_rounds`` (DAPO's dynamic sampling) the loop plays more groups for a
+step until it has ``groups_per_step`` of them with signal (:attr:`refill_rounds`, :meth:`has_signal`).
 
 Each numbered piece is a method a subclass can override alone (PPO overrides the first and adds
 its value loss to :meth:`backward_pass`). The engine computes the numbers, so both backends give
@@ -28,15 +33,17 @@ from typing import Any
 
 import torch
 
+from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.engines.base import Engine
 from agentgym.trainers.engines.batch import MicroBatch, TrainSequence, collate, filler_sequence, to_sequences
 from agentgym.trainers.engines.distributed import all_reduce
 from agentgym.trainers.learners.base import Learner
 from agentgym.trainers.learners.minibatch import MiniBatchLoop, UpdateStats, padded, remembered_logprobs
-from agentgym.trainers.losses.advantages import token_advantages
+from agentgym.trainers.losses.advantages import reinforce_pp_advantages, token_advantages
 from agentgym.trainers.losses.kl import kl_k1
 from agentgym.trainers.losses.policy import LOSS_METRICS, LossOutput, policy_loss
+from agentgym.trainers.losses.shaping import episode_sampled_tokens, overlong_penalty
 from agentgym.trainers.research.options import research_advantages
 
 __all__ = ["GRPOLearner", "StepStats"]
@@ -78,6 +85,25 @@ class GRPOLearner(Learner):
             weight=(lambda s: float(s.loss_tokens)) if token_mean else (lambda s: float(s.loss_tokens > 0)))
         self._old: dict[int, torch.Tensor] = {}
 
+    @classmethod
+    def check(cls, config: Any) -> None:
+        if "grpo" not in cls.sections:  # a subclass with advantages of its own (PPO)
+            return
+        grpo, loss = config.grpo, config.loss
+        if grpo.advantage != "reinforce_pp":
+            return
+        if loss.kl_coef > 0 and loss.kl_penalty != "k1_reward":
+            raise ConfigError("grpo.advantage=reinforce_pp puts the KL in the reward, token by token (REINFORCE++): "
+                              f"with kl_coef > 0 set -s kl_penalty=k1_reward (it is {loss.kl_penalty}).")
+        if grpo.baseline != "episode" or config.experimental.turn_advantage_weight > 0:
+            raise ConfigError("grpo.advantage=reinforce_pp has no group baseline: it takes neither "
+                              "grpo.baseline=turn nor experimental.turn_advantage_weight; remove them.")
+
+    @classmethod
+    def unread(cls, config: Any) -> frozenset[str]:
+        offline = config.rollout.trajectories is not None
+        return cls.ignored | (frozenset({"dynamic_sampling_rounds"}) if offline else frozenset())
+
     @property
     def needs_reference(self) -> bool:  # type: ignore[override]
         return self.loss_settings.kl_coef > 0
@@ -86,42 +112,84 @@ class GRPOLearner(Learner):
     def kl_in_reward(self) -> bool:
         return self.loss_settings.kl_coef > 0 and self.loss_settings.kl_penalty == "k1_reward"
 
+    @property
+    def refill_rounds(self) -> int:  # type: ignore[override]
+        """DAPO's dynamic sampling: the extra rounds of groups a step may play (0: none)."""
+        return self.config.grpo.dynamic_sampling_rounds if "grpo" in self.sections else 0
+
+    def has_signal(self, group: Sequence[TrajectoryRow]) -> bool:
+        """Whether a group's episodes' rewards (overlong-shaped, before any KL) differ: what
+        ``filter_zero_variance`` keeps (with ``reinforce_pp``, a lone episode too: it has no group)."""
+        rewards = {row.episode_id: row.reward for row in self.shaped_rewards(group)[0]}
+        if len(rewards) == 1:
+            return self.config.grpo.advantage == "reinforce_pp"
+        return max(rewards.values()) - min(rewards.values()) > 1e-6
+
     # -- the pieces of a step -----------------------------------------------------
 
     def compute_advantages(self, rows: Sequence[TrajectoryRow]) -> tuple[list[list[float] | None], dict[str, float]]:
         """One advantage per completion token of each row (None: leave the row out), and metrics."""
-        grpo, metrics = self.config.grpo, {}
-        scored = rows
-        if self.kl_in_reward:
-            penalty = self.episode_kl(rows)
-            coef = self.loss_settings.kl_coef
-            scored = [row.model_copy(update={"reward": row.reward - coef * penalty[row.episode_id]}) for row in rows]
-            metrics["kl_penalty"] = sum(penalty.values()) / max(len(penalty), 1)
-        advantages = token_advantages(scored, grpo.advantage, filter_zero_variance=grpo.filter_zero_variance,
-                                      baseline=grpo.baseline)
+        grpo = self.config.grpo
+        scored, metrics = self.shaped_rewards(rows)
+        kl = self.token_kl(scored) if self.kl_in_reward else None
+        if grpo.advantage == "reinforce_pp":
+            if kl is not None:
+                metrics["kl_penalty"] = _mean(list(_episode_sums(scored, kl).values()))
+            advantages = reinforce_pp_advantages(scored, kl, self.loss_settings.kl_coef,
+                                                 filter_zero_variance=grpo.filter_zero_variance)
+        else:
+            if kl is not None:
+                scored, kl_metrics = self.with_episode_kl(scored, kl)
+                metrics.update(kl_metrics)
+            advantages = token_advantages(scored, grpo.advantage, filter_zero_variance=grpo.filter_zero_variance,
+                                          baseline=grpo.baseline)
         advantages, extra = research_advantages(scored, advantages, self.config.experimental, grpo.advantage)
         return advantages, {**metrics, **extra}
 
-    def episode_kl(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
-        """Each episode's summed k1 = log pi - log pi_ref over its sampled tokens, with the weights of the
-        step's start. Every rank scores every row (the same passes on each, as FSDP needs)."""
-        owner: dict[int, str] = {}
+    def shaped_rewards(self, rows: Sequence[TrajectoryRow]) -> tuple[list[TrajectoryRow], dict[str, float]]:
+        """The rows with their episodes' rewards shaped (DAPO's overlong penalty, ``loss.overlong_*``), and
+        metrics: ``overlong_penalty`` (the mean reward an episode lost) and ``overlong_episodes`` (the
+        share that lost some)."""
+        settings = self.loss_settings
+        if not settings.overlong_max_tokens:
+            return list(rows), {}
+        penalty = {episode: overlong_penalty(length, settings.overlong_max_tokens, settings.overlong_cache_tokens,
+                                             settings.overlong_penalty)
+                   for episode, length in episode_sampled_tokens(rows).items()}
+        shaped = [row.model_copy(update={"reward": row.reward + penalty[row.episode_id]}) for row in rows]
+        values = list(penalty.values())
+        return shaped, {"overlong_penalty": -_mean(values), "overlong_episodes": _mean([v < 0 for v in values])}
+
+    def with_episode_kl(self, rows: Sequence[TrajectoryRow], kl: Sequence[list[float]]
+                        ) -> tuple[list[TrajectoryRow], dict[str, float]]:
+        """PPO's KL-in-reward: each episode's reward less ``kl_coef`` times its summed k1 (``kl``: per row,
+        per completion token), and ``kl_penalty``, the mean summed k1 of an episode."""
+        sums = _episode_sums(rows, kl)
+        coef = self.loss_settings.kl_coef
+        shaped = [row.model_copy(update={"reward": row.reward - coef * sums[row.episode_id]}) for row in rows]
+        return shaped, {"kl_penalty": _mean(list(sums.values()))}
+
+    def token_kl(self, rows: Sequence[TrajectoryRow]) -> list[list[float]]:
+        """Per row, k1 = log pi - log pi_ref of each completion token (0 where the policy did not sample),
+        with the weights of the step's start. Every rank scores every row (the same passes on each, as
+        FSDP needs)."""
+        owner: dict[int, int] = {}
         sequences: list[TrainSequence] = []
-        for row in rows:
+        for index, row in enumerate(rows):
             for sequence in to_sequences([row], [0.0]):
-                owner[id(sequence)] = row.episode_id
+                owner[id(sequence)] = index
                 sequences.append(sequence)
-        sums: dict[str, float] = dict.fromkeys((row.episode_id for row in rows), 0.0)
+        values = [[0.0] * len(row.completion_mask) for row in rows]
         with torch.no_grad():
             for group in self.loop.micro_batches(sequences):
                 batch = self.collate(group)
                 logprobs, _ = self.engine.logprobs(batch)
                 reference, _ = self.engine.logprobs(batch, reference=True)
-                per_sequence = (kl_k1(logprobs, reference) * batch.loss_mask.to(logprobs.device)).sum(-1).tolist()
-                for sequence, value in zip(group, per_sequence):
+                per_token = (kl_k1(logprobs, reference) * batch.loss_mask.to(logprobs.device)).float().cpu()
+                for s, sequence in enumerate(group):
                     if id(sequence) in owner:
-                        sums[owner[id(sequence)]] += value
-        return sums
+                        values[owner[id(sequence)]] = per_token[s, :sequence.completion_length].tolist()
+        return values
 
     def compute_loss(self, logprobs: torch.Tensor, old_logprobs: torch.Tensor, batch: MicroBatch,
                      ref_logprobs: torch.Tensor | None = None, entropy: torch.Tensor | None = None) -> LossOutput:
@@ -233,3 +301,15 @@ class GRPOLearner(Learner):
         if self.single_update:  # the ratio to pi_old is 1 by construction: nothing is ever clipped
             off.update({"clip_fraction", "ratio_mean"})
         return off
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values)) / max(len(values), 1)
+
+
+def _episode_sums(rows: Sequence[TrajectoryRow], kl: Sequence[list[float]]) -> dict[str, float]:
+    """Each episode's summed per-token values over its rows."""
+    sums: dict[str, float] = {}
+    for row, values in zip(rows, kl):
+        sums[row.episode_id] = sums.get(row.episode_id, 0.0) + sum(values)
+    return sums

@@ -16,8 +16,10 @@ One :meth:`PPOLearner.train_step`:
    verl's clipped value loss, each normalised over the whole mini-batch; after each policy update
    the critic's optimiser steps too.
 
-With ``loss.kl_penalty=k1_reward`` each episode's reward loses ``kl_coef`` times its summed
-log-ratio to the reference before GAE (at its last token), as GRPO's does.
+Each episode's reward is shaped first as GRPO's (DAPO's overlong penalty, ``loss.overlong_*``), and
+with ``loss.kl_penalty=k1_reward`` loses ``kl_coef`` times its summed log-ratio to the reference
+before GAE (at its last token), as GRPO's does. ``loss.policy_loss`` picks the surrogate (clip,
+gspo, cispo) as for GRPO.
 The value model checkpoints, resumes and exports with the policy (``OUT/final/critic.pt``).
 """
 
@@ -113,12 +115,10 @@ class PPOLearner(GRPOLearner):
     def train_step(self, rows: Sequence[TrajectoryRow]) -> dict[str, float]:
         start = time.perf_counter()
         rows = [row for row in rows if row.prompt_ids and any(row.completion_mask)]
-        extra: dict[str, float] = {}
+        rows, extra = self.shaped_rewards(rows)
         if self.kl_in_reward:
-            penalty = self.episode_kl(rows)
-            coef = self.loss_settings.kl_coef
-            rows = [row.model_copy(update={"reward": row.reward - coef * penalty[row.episode_id]}) for row in rows]
-            extra["kl_penalty"] = sum(penalty.values()) / max(len(penalty), 1)
+            rows, kl_metrics = self.with_episode_kl(rows, self.token_kl(rows))
+            extra.update(kl_metrics)
         plain = to_sequences(rows, [0.0] * len(rows))
         targets = self.compute_targets(rows, *self.old_values(plain))
         advantages = self._whitened([t.advantages for t in targets], [s.loss_mask for s in plain])

@@ -17,12 +17,25 @@ class GRPOSettings(Section):
     """GRPO: group-relative advantages, and which groups take part (its loss is the ``loss`` section)."""
 
     advantage: AdvantageMethod = "grpo"
-    """Group advantage: grpo, grpo_no_std, dr_grpo or rloo."""
+    """Group advantage: grpo, grpo_no_std, dr_grpo or rloo; or reinforce_pp (REINFORCE++: each token's
+    return-to-go of the reward less kl_coef times the k1 of the tokens from it on, with
+    kl_penalty=k1_reward; normalised over the step's tokens, no group baseline)."""
     baseline: Baseline = "episode"
     """episode: the episode's reward against its group's, on every turn; turn: each turn's reward-to-go
     against the group's episodes still playing at that turn."""
     filter_zero_variance: bool = True
     """Leave out groups whose rewards are all equal (their advantage is zero everywhere)."""
+    dynamic_sampling_rounds: int = Field(0, ge=0)
+    """DAPO's dynamic sampling, with filter_zero_variance: while a step has fewer than its groups_per_step
+    groups whose rewards differ, play another round of groups_per_step new groups, at most this many
+    rounds; the first groups_per_step that differ are trained on. 0: off. Online only."""
+
+    @model_validator(mode="after")
+    def _refill_filters(self) -> GRPOSettings:
+        if self.dynamic_sampling_rounds and not self.filter_zero_variance:
+            raise ValueError("dynamic_sampling_rounds refills the groups filter_zero_variance leaves out: "
+                             "set filter_zero_variance=true with it")
+        return self
 
 
 class PPOSettings(Section):

@@ -2,7 +2,8 @@
 
 Every step plays new seeds (``TrainConfig.step_seeds``; or levels from a file) and seeds the
 server's sampler per turn, so a rerun (or a resumed run) plays the very same
-episodes. The format warm-up's episodes come from the env's own random
+episodes. A step's extra rounds (DAPO's dynamic sampling, ``round`` 1, 2, ...) play seeds of their
+own (``TrainConfig.refill_seeds``), their groups numbered after the step's. The format warm-up's episodes come from the env's own random
 well-formed policy (``env.random_action``): they teach the action format,
 not the answer.
 """
@@ -22,7 +23,7 @@ from agentgym.rollout.policy import OpenAIPolicy, SamplingConfig
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.loop.sources import episode_stats
 
-__all__ = ["StepRollout", "collect_step", "format_warmup_rows", "play_step", "rollout_config"]
+__all__ = ["StepRollout", "collect_step", "format_warmup_rows", "play_step", "rollout_config", "round_rows"]
 
 _WARMUP_SEED_OFFSET = 1_000_000  # warm-up seeds never meet the training steps' seeds
 
@@ -36,8 +37,9 @@ class StepRollout:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def rollout_config(config: Any, step: int, **changes: Any) -> RolloutConfig:
-    """The :class:`RolloutConfig` of ``step``: new seeds each step, seeded sampling.
+def rollout_config(config: Any, step: int, round: int = 0, **changes: Any) -> RolloutConfig:
+    """The :class:`RolloutConfig` of ``step`` (its extra ``round``, for dynamic sampling): new seeds each
+    step and round, seeded sampling.
 
     ``changes``: other :class:`RolloutConfig` fields (the format warm-up's episodes and seeds).
     """
@@ -49,16 +51,27 @@ def rollout_config(config: Any, step: int, **changes: Any) -> RolloutConfig:
         "group_size": rollout.group_size, "concurrency": rollout.concurrency, "max_turns": rollout.max_turns,
         "turn_budget": rollout.turn_budget,
         "max_context_tokens": rollout.max_context_tokens, "max_tokens_per_turn": rollout.max_tokens,
-        "seeds": config.step_seeds(step), "sampling_seed": config.run.seed * 7_777 + step,
+        "seeds": config.refill_seeds(step, round) if round else config.step_seeds(step),
+        "sampling_seed": config.run.seed * 7_777 + step + round * 1_000_003,
     }
     return RolloutConfig(**{**values, **changes})
 
 
+def round_rows(rows: list[TrajectoryRow], round: int, groups_per_step: int) -> list[TrajectoryRow]:
+    """An extra round's rows, their groups numbered after the step's earlier rounds' (and their episode
+    ids marked), so no two groups of a step share a key even when a level comes twice."""
+    if not round:
+        return rows
+    return [row.model_copy(update={"group_id": row.group_id + round * groups_per_step,
+                                   "episode_id": f"{row.episode_id}/r{round}"}) for row in rows]
+
+
 async def collect_step(config: Any, step: int, policy: OpenAIPolicy,
-                       renderer: ChatRenderer) -> StepRollout:
-    """Play ``step``'s ``episodes_per_step`` episodes with the model behind ``policy``."""
+                       renderer: ChatRenderer, round: int = 0) -> StepRollout:
+    """Play ``step``'s ``episodes_per_step`` episodes (of its extra ``round``) with the model behind ``policy``."""
     start = time.perf_counter()
-    rows = await EnvManager(rollout_config(config, step), policy, renderer=renderer).run()
+    rows = await EnvManager(rollout_config(config, step, round), policy, renderer=renderer).run()
+    rows = round_rows(rows, round, config.rollout.groups_per_step)
     seconds = time.perf_counter() - start
     stats = episode_stats(rows)
     stats["rollout_tokens_per_s"] = stats.get("sampled_tokens", 0.0) / max(seconds, 1e-9)
@@ -67,7 +80,7 @@ async def collect_step(config: Any, step: int, policy: OpenAIPolicy,
 
 async def play_step(config: Any, step: int, base_url: str, model_name: str,
                     renderer: ChatRenderer, *, api_key: str = "EMPTY",
-                    weights_version: Callable[[], int] | None = None) -> StepRollout:
+                    weights_version: Callable[[], int] | None = None, round: int = 0) -> StepRollout:
     """:func:`collect_step` against the server at ``base_url``, requests naming ``model_name``.
 
     Sampling and connections come from ``config``; ``weights_version``: the version of the weights the
@@ -77,7 +90,7 @@ async def play_step(config: Any, step: int, base_url: str, model_name: str,
     sampling = SamplingConfig(temperature=rollout.temperature, top_p=rollout.top_p, max_tokens=rollout.max_tokens)
     async with OpenAIPolicy(base_url, model_name, api_key=api_key, sampling=sampling,
                             max_connections=rollout.concurrency, weights_version=weights_version) as policy:
-        return await collect_step(config, step, policy, renderer)
+        return await collect_step(config, step, policy, renderer, round)
 
 
 async def format_warmup_rows(config: Any, renderer: ChatRenderer) -> list[TrajectoryRow]:

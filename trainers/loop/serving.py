@@ -110,9 +110,14 @@ class Serving:
             self._pool = self._stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="agentgym-ahead"))
         self._ahead[step] = self._pool.submit(self._play, step)
 
-    def _play(self, step: int) -> StepRollout:
+    def refill(self, step: int, round: int) -> StepRollout:
+        """Extra round ``round`` (1, 2, ...) of ``step``'s groups, played now (dynamic sampling)."""
+        return self._play(step, round)
+
+    def _play(self, step: int, round: int = 0) -> StepRollout:
         return asyncio.run(play_step(self.config, step, self.base_url, self.model_name, self.renderer,
-                                     api_key=self.api_key, weights_version=lambda: self.served_version))
+                                     api_key=self.api_key, weights_version=lambda: self.served_version,
+                                     round=round))
 
     def push(self, learner: Any) -> float:
         """Send the learner's weights to the server; seconds taken (0 when nothing is synced).

@@ -10,6 +10,14 @@ fit to learn from before any learner sees them, on every path alike:
   their group's baseline (``failed_episodes``);
 - rows sampled by weights more than ``rollout.max_staleness`` versions behind the learner's, when
   the server gets the learner's weights (``stale_rows``).
+
+DAPO's dynamic sampling (a learner whose ``refill_rounds`` is above 0: GRPO's
+``dynamic_sampling_rounds``): while a played step has fewer than ``groups_per_step`` groups that the
+learner says have signal (``has_signal``), rank 0 plays another round of ``groups_per_step`` new
+groups, up to ``refill_rounds`` rounds (:func:`play_until_signal`); the step then trains on the first
+``groups_per_step`` groups with signal, and the ones without (which the learner leaves out)
+(:func:`signal_groups_first`). ``sampling_rounds``, ``groups_played``, ``episodes_played`` and
+``signal_groups`` say what it took; the episode metrics are over every episode played.
 """
 
 from __future__ import annotations
@@ -18,14 +26,18 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.research.options import sft_order
 
-__all__ = ["OfflineGroups", "RowSource", "SFTBatches", "drop_failed", "drop_stale", "episode_stats",
-           "random_batch_order", "row_source", "trajectory_files"]
+if TYPE_CHECKING:
+    from agentgym.trainers.loop.rollouts import StepRollout  # rollouts.py imports this module
+
+__all__ = ["OfflineGroups", "RowSource", "SFTBatches", "drop_failed", "drop_stale", "episode_stats", "groups_of",
+           "play_until_signal", "random_batch_order", "row_source", "signal_groups_first", "trajectory_files"]
 
 RowSource = Callable[[int, int], tuple[list[TrajectoryRow], dict[str, float], int]]
 
@@ -74,6 +86,52 @@ def episode_stats(rows: Sequence[TrajectoryRow]) -> dict[str, float]:
     }
 
 
+def groups_of(rows: Sequence[TrajectoryRow]) -> list[list[TrajectoryRow]]:
+    """The rows by group (env, seed, group id), in the order the groups first come."""
+    groups: OrderedDict[tuple[str, int, int], list[TrajectoryRow]] = OrderedDict()
+    for row in rows:
+        groups.setdefault((row.env_id, row.seed, row.group_id), []).append(row)
+    return list(groups.values())
+
+
+def play_until_signal(first: StepRollout, play_round: Callable[[int], StepRollout],
+                      has_signal: Callable[[Sequence[TrajectoryRow]], bool], *, groups: int, max_rounds: int,
+                      usable: Callable[[list[TrajectoryRow]], list[TrajectoryRow]] = list) -> StepRollout:
+    """DAPO's dynamic sampling: ``first`` and as many extra rounds (``play_round(1)``, ``play_round(2)``,
+    ...; at most ``max_rounds``) as it takes for the ``usable`` rows (not failed, not stale) to hold
+    ``groups`` groups with signal. Its stats are over every episode played, with ``sampling_rounds``:
+    the extra rounds played."""
+    rows, seconds, rounds = list(first.rows), first.seconds, 0
+    while rounds < max_rounds and sum(map(has_signal, groups_of(usable(rows)))) < groups:
+        rounds += 1
+        extra = play_round(rounds)
+        rows += extra.rows
+        seconds += extra.seconds
+    if not rounds:
+        return replace(first, stats={**first.stats, "sampling_rounds": 0.0})
+    stats = {**first.stats, **episode_stats(rows), "sampling_rounds": float(rounds)}
+    stats["rollout_tokens_per_s"] = stats.get("sampled_tokens", 0.0) / max(seconds, 1e-9)
+    return replace(first, rows=rows, seconds=seconds, stats=stats)
+
+
+def signal_groups_first(rows: Sequence[TrajectoryRow], has_signal: Callable[[Sequence[TrajectoryRow]], bool],
+                        groups: int) -> tuple[list[TrajectoryRow], dict[str, float]]:
+    """The rows of the first ``groups`` groups with signal and of every group without (the learner leaves
+    those out and counts them), in play order; and what was played: ``groups_played``,
+    ``episodes_played``, ``signal_groups`` (those trained on)."""
+    kept: list[TrajectoryRow] = []
+    signal = 0
+    played = groups_of(rows)
+    for group in played:
+        if has_signal(group):
+            if signal == groups:
+                continue  # a round plays whole steps of groups: the surplus is left out, as verl does
+            signal += 1
+        kept += group
+    return kept, {"groups_played": float(len(played)), "episodes_played": float(len({r.episode_id for r in rows})),
+                  "signal_groups": float(signal)}
+
+
 class OfflineGroups:
     """Whole groups of a rollout file, ``episodes_per_step`` episodes a step, round and round.
 
@@ -85,13 +143,11 @@ class OfflineGroups:
         """``rows``: the file's rows as the learner read them (None: read ``path`` as a rollout file)."""
         from agentgym.rollout.storage import read_rows
 
-        groups: OrderedDict[tuple[str, int, int], list[TrajectoryRow]] = OrderedDict()
-        for row in drop_failed(read_rows(path) if rows is None else rows)[0]:
-            groups.setdefault((row.env_id, row.seed, row.group_id), []).append(row)
+        groups = groups_of(drop_failed(read_rows(path) if rows is None else rows)[0])
         if not groups:
             raise ConfigError(f"{path!r} holds no usable rows (all failed, or the file is empty).")
         self.path = path
-        self.groups = list(groups.values())
+        self.groups = groups
         self.episodes_per_step = episodes_per_step
         self._starts = [0]  # the group each step starts at, as far as walked
 
@@ -182,11 +238,19 @@ def _online_source(config: Any, learner: Any, serving: Any, log: Any) -> RowSour
     from agentgym.trainers.engines.distributed import broadcast_object
 
     dist = learner.engine.dist
+    groups = config.rollout.groups_per_step
+
+    def usable(rows: list[TrajectoryRow]) -> list[TrajectoryRow]:
+        rows = drop_failed(rows)[0]
+        return drop_stale(rows, learner.version, config.rollout.max_staleness)[0] if serving.pushes else rows
 
     def online(step: int, position: int) -> tuple[list[TrajectoryRow], dict[str, float], int]:
         rollout = serving.rollout(step) if dist.is_main else None
         if dist.is_main and config.rollout.asynchronous:
             serving.start_ahead(step, config.rollout.max_staleness, config.run.steps)  # plays while this step learns
+        if dist.is_main and learner.refill_rounds:
+            rollout = play_until_signal(rollout, lambda round: serving.refill(step, round), learner.has_signal,
+                                        groups=groups, max_rounds=learner.refill_rounds, usable=usable)
         rollout = broadcast_object(rollout, dist)
         log.log_episodes(step, rollout.rows)  # every episode played, failed and stale ones too
         log.log_samples(step, rollout.rows)
@@ -197,6 +261,10 @@ def _online_source(config: Any, learner: Any, serving: Any, log: Any) -> RowSour
             rows, stale = drop_stale(rows, learner.version, config.rollout.max_staleness)
         metrics = {**rollout.stats, "failed_episodes": float(failed), "stale_rows": float(stale),
                    "time/rollout": rollout.seconds}
+        if learner.refill_rounds:
+            rows, sampled = signal_groups_first(rows, learner.has_signal, groups)
+            metrics.update(sampled)
+            metrics["episodes_played"] = float(len({row.episode_id for row in rollout.rows}))
         if lags:
             metrics["policy_lag"] = sum(lags) / len(lags)
         return rows, metrics, position

@@ -8,6 +8,11 @@ Departures from the papers, on purpose:
 - GRPO scales by the group's *sample* std (``correction=1``), as TRL does.
 - Dr. GRPO (Liu et al. 2025) drops the std (``dr_grpo``: r - mean); its length
   normalisation is the policy loss's ``constant_sum`` aggregation.
+- REINFORCE++ (Hu 2025, as OpenRLHF's ``reinforce`` estimator; ``reinforce_pp``) has no group
+  baseline: each sampled token's return-to-go (gamma 1) of the episode's reward less ``kl_coef``
+  times the k1 of every sampled token from it on, whitened over the step's sampled tokens
+  (:func:`reinforce_pp_advantages`). An episode of several turns is one response: its reward comes
+  at its last sampled token, env tokens are no steps.
 
 GiGPO's turn-level term and the other options that lost their comparisons are in
 :mod:`agentgym.trainers.research`, off this path.
@@ -23,6 +28,7 @@ import torch
 from agentgym.errors import ConfigError
 from agentgym.rollout.rows import TrajectoryRow, TurnSpan
 from agentgym.trainers.losses.settings import AdvantageMethod, Baseline
+from agentgym.trainers.losses.value import masked_whiten
 
 __all__ = [
     "discounted_returns",
@@ -32,6 +38,8 @@ __all__ = [
     "matched_turns",
     "playing_baseline_advantages",
     "playing_turn_advantages",
+    "reinforce_pp_advantages",
+    "reinforce_pp_returns",
     "row_advantages",
     "rows_by_episode",
     "token_advantages",
@@ -57,6 +65,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, method: AdvantageMe
     - ``grpo``: (r - mean) / (std + eps)
     - ``grpo_no_std`` and ``dr_grpo``: r - mean
     - ``rloo``: r - mean of the *other* members (leave one out)
+
+    (``reinforce_pp`` has no group baseline: :func:`reinforce_pp_advantages`.)
     """
     grouped = _grouped(rewards.float(), group_size)
     mean = grouped.mean(dim=1, keepdim=True)
@@ -231,3 +241,58 @@ def token_advantages(rows: Sequence[TrajectoryRow], method: AdvantageMethod = "g
         values.append(tokens)
     return values
 
+
+
+def reinforce_pp_returns(reward: float, kl: Sequence[float], mask: Sequence[int], kl_coef: float) -> list[float]:
+    """REINFORCE++'s per-token return-to-go (gamma 1) over an episode's completion tokens: each sampled
+    token (``mask`` 1) is paid ``-kl_coef * kl`` (k1 = log pi - log pi_ref), the last one also ``reward``;
+    a sampled token's return is the sum of its own payment and every later one's. Env tokens get 0."""
+    steps = [i for i, sampled in enumerate(mask) if sampled]
+    payments = [-kl_coef * kl[i] for i in steps]
+    if payments:
+        payments[-1] += reward
+    returns = [0.0] * len(mask)
+    for i, value in zip(steps, discounted_returns(payments, 1.0)):
+        returns[i] = value
+    return returns
+
+
+def reinforce_pp_advantages(rows: Sequence[TrajectoryRow], kl: Sequence[Sequence[float]] | None = None,
+                            kl_coef: float = 0.0, *, filter_zero_variance: bool = False,
+                            eps: float = 1e-8) -> list[list[float] | None]:
+    """REINFORCE++ (``grpo.advantage=reinforce_pp``): one advantage per completion token of each row
+    (None: skip the row), the returns of :func:`reinforce_pp_returns` whitened over every sampled token
+    of the step (one mean and std for the batch, no group's).
+
+    ``kl``: per row, the k1 of each completion token (None: no KL). An episode split into rows is one
+    sequence of tokens, its rows in order. With ``filter_zero_variance`` a group of two or more
+    episodes whose rewards are all equal is left out (None); a lone episode is kept (it has no group).
+    """
+    index = {id(row): i for i, row in enumerate(rows)}
+    rewards: dict[tuple[str, int, int], dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        rewards[group_key(row)][row.episode_id] = row.reward
+    returns: list[list[float] | None] = [None] * len(rows)
+    for parts in rows_by_episode(rows).values():
+        group = list(rewards[group_key(parts[0])].values())
+        if filter_zero_variance and len(group) > 1 and max(group) - min(group) <= 1e-6:
+            continue
+        mask = [int(m) for part in parts for m in part.completion_mask]
+        per_token_kl = ([float(x) for part in parts for x in kl[index[id(part)]]] if kl is not None
+                        else [0.0] * len(mask))
+        values = reinforce_pp_returns(parts[0].reward, per_token_kl, mask, kl_coef)
+        at = 0
+        for part in parts:
+            returns[index[id(part)]] = values[at:at + len(part.completion_mask)]
+            at += len(part.completion_mask)
+    kept = [(i, values) for i, values in enumerate(returns) if values is not None]
+    if not kept:
+        return returns
+    flat = torch.tensor([v for _, values in kept for v in values], dtype=torch.float64)
+    mask = torch.tensor([float(m) for i, _ in kept for m in rows[i].completion_mask], dtype=torch.float64)
+    whitened = (masked_whiten(flat, mask, eps) * mask).tolist()
+    at = 0
+    for i, values in kept:
+        returns[i] = whitened[at:at + len(values)]
+        at += len(values)
+    return returns

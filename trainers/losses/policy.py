@@ -1,5 +1,17 @@
 """The clipped, importance-corrected policy loss of GRPO and PPO, over the policy's sampled tokens.
 
+Its surrogate is one of :data:`SURROGATES` (``loss.policy_loss``), each a function of the
+logprobs, pi_old's, the advantages and the mask:
+
+- ``clip`` (PPO; Schulman et al. 2017): -min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) per
+  token, r = pi / pi_old;
+- ``gspo`` (Zheng et al. 2025, "Group Sequence Policy Optimization"): the same clip on the
+  sequence's ratio s = exp(mean over its sampled tokens of log pi - log pi_old), in the paper's
+  GSPO-token form (each token's value is s, its gradient s times its own log-prob's, as verl): with
+  one advantage per sequence it is GSPO itself, and it takes per-token advantages too;
+- ``cispo`` (MiniMax-M1, 2025): -sg(clip(r, 1 - clip_low, 1 + clip_high)) A log pi per token: the
+  weight is clipped and detached, but no token loses its gradient.
+
 Departures from the papers, on purpose:
 - The importance-sampling correction (Yao et al. 2025, "Your efficient RL
   framework secretly brings you off-policy RL training") reweights by
@@ -20,6 +32,7 @@ tokens the policy sampled (env replies and padding are 0 and carry no loss).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,8 +44,13 @@ from agentgym.trainers.losses.settings import Correction, CorrectionLevel, LossS
 
 __all__ = [
     "LOSS_METRICS",
+    "SURROGATES",
     "LossOutput",
+    "Surrogate",
+    "cispo_surrogate",
+    "clip_surrogate",
     "clipped_surrogate",
+    "gspo_surrogate",
     "high_entropy_mask",
     "importance_weights",
     "policy_loss",
@@ -114,12 +132,64 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, config: Los
     return per_token, is_clipped.detach()
 
 
+@dataclass
+class Surrogate:
+    """A policy surrogate's per-token loss, where it was clipped, and the ratio it used (for the metrics)."""
+
+    per_token: torch.Tensor
+    is_clipped: torch.Tensor
+    ratio: torch.Tensor
+
+
+def clip_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, config: LossSettings) -> Surrogate:
+    """PPO's clip on each token's ratio r = pi / pi_old (``loss.policy_loss=clip``)."""
+    del mask
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    per_token, is_clipped = clipped_surrogate(ratio, advantages, config)
+    return Surrogate(per_token, is_clipped, ratio)
+
+
+def gspo_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, config: LossSettings) -> Surrogate:
+    """GSPO's clip on the sequence's ratio s = exp(mean of its sampled tokens' log pi - log pi_old)
+    (``loss.policy_loss=gspo``), in the GSPO-token form: s_t = sg(s) pi_t / sg(pi_t), whose value is s
+    at every token and whose gradient is s grad log pi_t."""
+    log_ratio = (logprobs - old_logprobs.detach()).detach() * mask
+    mean_log_ratio = log_ratio.sum(dim=-1, keepdim=True) / mask.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    # exp(20) is far past any clip; the clamp keeps a wild sequence finite without touching the gradient path
+    ratio = torch.exp(logprobs - logprobs.detach() + mean_log_ratio.clamp(max=20.0))
+    per_token, is_clipped = clipped_surrogate(ratio, advantages, config)
+    return Surrogate(per_token, is_clipped, ratio)
+
+
+def cispo_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                    mask: torch.Tensor, config: LossSettings) -> Surrogate:
+    """CISPO's clipped, detached importance weight times the advantage times the token's log-prob
+    (``loss.policy_loss=cispo``): -sg(clip(r, 1 - clip_low, 1 + clip_high)) A log pi. A token whose
+    ratio is past the clip keeps its gradient, at the clipped weight."""
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    weight = ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high).detach()
+    per_token = -weight * advantages * (logprobs * mask)
+    is_clipped = (ratio < 1.0 - config.clip_low) | (ratio > 1.0 + config.clip_high)
+    return Surrogate(per_token, is_clipped.detach(), ratio)
+
+
+#: ``loss.policy_loss`` -> its surrogate: a new policy loss is a function and a line here
+SURROGATES: dict[str, Callable[..., Surrogate]] = {
+    "clip": clip_surrogate,
+    "gspo": gspo_surrogate,
+    "cispo": cispo_surrogate,
+}
+
+
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, config: LossSettings | None = None, *,
                 rollout_logprobs: torch.Tensor | None = None,
                 ref_logprobs: torch.Tensor | None = None,
                 entropy: torch.Tensor | None = None) -> LossOutput:
-    """The clipped surrogate loss of PPO/GRPO over the policy's sampled tokens.
+    """The policy loss of PPO/GRPO over the policy's sampled tokens: ``config.policy_loss``'s
+    surrogate (:data:`SURROGATES`), importance-corrected, with the KL term, aggregated.
 
     Args:
         logprobs: [B, T] log pi_theta of the sampled tokens (differentiable).
@@ -135,11 +205,11 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     """
     config = config if config is not None else LossSettings()
     mask = mask.to(logprobs.dtype)
-    ratio = torch.exp(logprobs - old_logprobs.detach())
     adv = advantages.detach().to(logprobs.dtype)
     if adv.dim() == 1:
         adv = adv.unsqueeze(-1)
-    per_token, is_clipped = clipped_surrogate(ratio, adv, config)
+    surrogate = SURROGATES[config.policy_loss](logprobs, old_logprobs, adv, mask, config)
+    per_token, is_clipped, ratio = surrogate.per_token, surrogate.is_clipped, surrogate.ratio
     weights = torch.ones_like(per_token)
     if rollout_logprobs is not None:
         weights = importance_weights(old_logprobs, rollout_logprobs, mask, mode=config.correction,

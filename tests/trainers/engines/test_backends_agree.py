@@ -41,12 +41,12 @@ def _rows(make_row: Any) -> list[Any]:
     return [*rows, first, second, other]
 
 
-def _one_step(backend: str, aggregation: str, rows: list[Any], tmp_path: Any) -> dict[str, Any]:
+def _one_step(backend: str, aggregation: str, rows: list[Any], tmp_path: Any, **settings: Any) -> dict[str, Any]:
     config = TrainConfig.from_dict({
         "trajectories": "unused.parquet", "backend": backend, "out": str(tmp_path / backend), "model": "tiny",
         "optimizer": "sgd", "lr": 1.0, "max_grad_norm": 0.0, "lr_schedule": "constant", "micro_batch_size": 2,
         "aggregation": aggregation, "constant_sum_tokens": 64, "episodes_per_step": 8, "group_size": 1,
-        "clip_low": 10.0, "clip_high": 10.0})
+        "clip_low": 10.0, "clip_high": 10.0, **settings})
     learner = make_learner(GRPOLearner, config, Dist())
     model = learner.engine.policy()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -67,6 +67,22 @@ def test_fsdp_and_trl_take_the_same_step(make_row: Any, aggregation: str, tmp_pa
     assert native["metrics"]["grad_norm"] > 0
     cosine = torch.nn.functional.cosine_similarity(native["delta"], trl["delta"], dim=0).item()
     assert cosine > 1 - 1e-6
+    assert torch.allclose(native["delta"], trl["delta"], rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy_loss", ["gspo", "cispo"])
+def test_fsdp_and_trl_take_the_same_steps_with_each_policy_loss(make_row: Any, policy_loss: str, tmp_path: Any
+                                                               ) -> None:
+    """GSPO and CISPO over two epochs (the second against pi_old, so the ratios and the clip matter)."""
+    rows = _rows(make_row)
+    settings = {"policy_loss": policy_loss, "epochs": 2, "lr": 0.2, "clip_low": 0.002, "clip_high": 0.002}
+    native = _one_step("fsdp", "token_mean", rows, tmp_path, **settings)
+    trl = _one_step("trl", "token_mean", rows, tmp_path, **settings)
+    for name in ("loss", "grad_norm", "ratio_mean", "clip_fraction"):
+        assert native["metrics"][name] == pytest.approx(trl["metrics"][name], rel=1e-5, abs=1e-7), name
+    # The second epoch moved the ratios past the narrow clip: the clip took part.
+    assert native["metrics"]["clip_fraction"] > 0 and native["metrics"]["grad_norm"] > 0
     assert torch.allclose(native["delta"], trl["delta"], rtol=1e-4, atol=1e-7)
 
 

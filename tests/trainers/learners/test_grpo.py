@@ -311,3 +311,72 @@ def test_save_pretrained_writes_a_loadable_model(make_row, tmp_path: Path) -> No
     for name, value in loaded.state_dict().items():
         torch.testing.assert_close(value, trainer.engine.model.state_dict()[name], atol=0, rtol=0, msg=name)
     assert (folder / "tokenizer_config.json").exists()
+
+
+def test_overlong_shaping_takes_reward_off_before_the_advantages(make_row) -> None:
+    """DAPO's soft overlong punishment on the episodes' sampled tokens (L_max the shortest answer's length
+    plus 2, L_cache 2, penalty 0.5): the shortest lose nothing, one token more 0.25, two or more 0.5."""
+    from agentgym.trainers.losses.shaping import episode_sampled_tokens, overlong_penalty
+
+    rows = _rows(make_row)
+    lengths = episode_sampled_tokens(rows)
+    shortest = min(lengths.values())
+    trainer = _trainer(overlong_max_tokens=shortest + 2, overlong_cache_tokens=2, overlong_penalty=0.5)
+    shaped, metrics = trainer.shaped_rewards(rows)
+    penalties = [overlong_penalty(lengths[r.episode_id], shortest + 2, 2, 0.5) for r in rows]
+    assert [r.reward for r in shaped] == pytest.approx([r.reward + p for r, p in zip(rows, penalties)])
+    assert [overlong_penalty(shortest + n, shortest + 2, 2, 0.5) for n in range(4)] == [0.0, -0.25, -0.5, -0.5]
+    assert 0.0 in penalties and len(set(penalties)) > 1  # some answers are longer than others
+    assert metrics["overlong_penalty"] == pytest.approx(-sum(penalties) / len(penalties))
+    assert metrics["overlong_episodes"] == pytest.approx(sum(p < 0 for p in penalties) / len(penalties))
+    advantages, step_metrics = trainer.compute_advantages(rows)
+    assert advantages == token_advantages(shaped, "grpo", filter_zero_variance=True)
+    assert step_metrics["overlong_penalty"] == metrics["overlong_penalty"]
+    assert trainer.shaped_rewards(rows)[1] != {} and _trainer().shaped_rewards(rows) == (rows, {})
+
+
+def test_reinforce_pp_takes_each_tokens_kl_into_its_return(make_row, tmp_path: Path) -> None:
+    """grpo.advantage=reinforce_pp with kl_penalty=k1_reward: the learner's advantages are the pure function's
+    on the tokens' k1 to the reference (the start model), and the KL term leaves the loss."""
+    from trainer_helpers import keep_current_as_reference
+
+    from agentgym.trainers.losses.advantages import reinforce_pp_advantages
+
+    trainer = _trainer(advantage="reinforce_pp", kl_coef=0.5, kl_penalty="k1_reward", lr=0.05)
+    keep_current_as_reference(trainer.engine, tmp_path / "reference")
+    rows = _rows(make_row)
+    assert "kl" not in learn(trainer, rows)  # the KL is in the reward, not in the loss
+    kl = trainer.token_kl(rows)
+    assert any(abs(value) > 1e-4 for values in kl for value in values)
+    advantages, metrics = trainer.compute_advantages(rows)
+    expected = reinforce_pp_advantages(rows, kl, 0.5, filter_zero_variance=True)
+    for got, want in zip(advantages, expected):
+        assert got == pytest.approx(want, abs=1e-5)
+    assert metrics["kl_penalty"] == pytest.approx(sum(map(sum, kl)) / len(rows), abs=1e-6)  # one row an episode
+
+
+def test_reinforce_pp_and_dynamic_sampling_settings_say_what_they_need() -> None:
+    from agentgym.errors import ConfigError
+    from agentgym.trainers.registry import check_settings
+
+    with pytest.raises(ConfigError, match="set -s kl_penalty=k1_reward"):
+        check_settings(BASE.updated({"advantage": "reinforce_pp", "kl_coef": 0.1}))
+    with pytest.raises(ConfigError, match="reinforce_pp has no group baseline"):
+        check_settings(BASE.updated({"advantage": "reinforce_pp", "baseline": "turn"}))
+    with pytest.raises(ConfigError, match="set filter_zero_variance=true with it"):
+        BASE.updated({"dynamic_sampling_rounds": 2, "filter_zero_variance": False})
+    offline = BASE.updated({"env_id": None, "trajectories": "rows.parquet", "dynamic_sampling_rounds": 2})
+    with pytest.raises(ConfigError, match="grpo.dynamic_sampling_rounds is set"):
+        check_settings(offline)
+    with pytest.raises(ConfigError, match=r"overlong_cache_tokens \(8\) must not exceed overlong_max_tokens \(4\)"):
+        check_settings(BASE.updated({"overlong_max_tokens": 4, "overlong_cache_tokens": 8}))
+    check_settings(BASE.updated({"advantage": "reinforce_pp", "kl_coef": 0.1, "kl_penalty": "k1_reward"}))
+
+
+def test_the_learner_tells_the_loop_which_groups_have_signal(make_row) -> None:
+    trainer = _trainer(dynamic_sampling_rounds=3)
+    assert trainer.refill_rounds == 3 and _trainer().refill_rounds == 0
+    assert trainer.has_signal([make_row(reward=1.0, index=0), make_row(reward=0.0, index=1)])
+    assert not trainer.has_signal([make_row(reward=0.3, index=0), make_row(reward=0.3, index=1)])
+    assert not trainer.has_signal([make_row(reward=1.0, index=0)])  # a lone episode: no group to compare
+    assert _trainer(advantage="reinforce_pp").has_signal([make_row(reward=1.0, index=0)])  # no group needed

@@ -181,3 +181,20 @@ def test_grpo_only_settings_are_errors_for_ppo(tmp_path: Path, bandit_rows: Path
 
     with pytest.raises(ConfigError, match="grpo.advantage is set"):
         train(_config(tmp_path, trajectories=str(bandit_rows), advantage="rloo"), device="cpu")
+
+
+@pytest.mark.parametrize("policy_loss", ["gspo", "cispo"])
+def test_ppo_takes_the_policy_losses_and_the_overlong_shaping(make_row: Any, tmp_path: Path, policy_loss: str
+                                                              ) -> None:
+    """PPO reads the loss section as GRPO does: its rewards lose the overlong penalty before GAE (a hard
+    limit of 1 token: every episode loses 0.25), and its policy loss is the chosen surrogate."""
+    from agentgym.trainers.engines.distributed import Dist
+    from trainer_helpers import learn, make_learner
+    from agentgym.trainers.learners.ppo import PPOLearner
+
+    rows = [make_row("<answer>Dragon</answer>", reward=1.0, index=0), make_row("nope", reward=0.0, index=1)]
+    config = _config(tmp_path, trajectories="unused.parquet", backend="fsdp", policy_loss=policy_loss, epochs=2,
+                     overlong_max_tokens=1, overlong_penalty=0.25, whiten_advantages=False)
+    metrics = learn(make_learner(PPOLearner, config, Dist()), rows)
+    assert metrics["overlong_penalty"] == pytest.approx(0.25) and metrics["overlong_episodes"] == 1.0
+    assert metrics["return_mean"] < 0.5 and metrics["updates"] == 2.0

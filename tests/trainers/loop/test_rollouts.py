@@ -9,7 +9,7 @@ import pytest
 
 from agentgym.parsing import extract_answer
 from agentgym.rollout.storage import RolloutWriter
-from agentgym.trainers.loop.rollouts import format_warmup_rows, rollout_config
+from agentgym.trainers.loop.rollouts import format_warmup_rows, rollout_config, round_rows
 from agentgym.trainers.loop.sources import OfflineGroups, drop_stale, episode_stats
 from agentgym.trainers.settings import TrainConfig
 
@@ -47,6 +47,24 @@ def test_each_step_has_its_own_seeds_and_seeded_sampling() -> None:
     first, second = rollout_config(config, 0), rollout_config(config, 1)
     assert set(first.seeds).isdisjoint(second.seeds) and first.sampling_seed != second.sampling_seed
     assert first.episodes == config.rollout.episodes_per_step and first.max_tokens_per_turn == config.rollout.max_tokens
+
+
+def test_a_steps_extra_rounds_play_seeds_and_groups_of_their_own(make_row, tmp_path: Path) -> None:
+    """Dynamic sampling's rounds: new seeds (never a step's), their own sampling seed, groups numbered after
+    the step's; from a level file, its levels."""
+    config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "seed": 2})
+    step, refill = rollout_config(config, 3), rollout_config(config, 3, 1)
+    assert refill.seeds == config.refill_seeds(3, 1) == rollout_config(config, 3, 1).seeds  # reproducible
+    assert refill.sampling_seed != step.sampling_seed and refill.seeds != config.refill_seeds(3, 2)
+    steps = {seed for s in range(1000) for seed in config.step_seeds(s)}
+    assert steps.isdisjoint(refill.seeds) and all(2**31 <= seed < 2**32 for seed in refill.seeds)
+    levels = tmp_path / "levels.txt"
+    levels.write_text("7\n8\n9\n")
+    leveled = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "level_seeds": str(levels)})
+    assert set(leveled.refill_seeds(0, 1)) <= {7, 8, 9}
+    rows = round_rows([make_row(group=1, index=0)], 2, groups_per_step=4)
+    assert rows[0].group_id == 9 and rows[0].episode_id.endswith("/g1/e0/r2")
+    assert round_rows(rows, 0, groups_per_step=4) == rows
 
 
 def test_the_turn_budget_reaches_the_rollout_and_leaves_the_env_alone() -> None:

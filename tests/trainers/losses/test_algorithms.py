@@ -241,3 +241,69 @@ def test_top_entropy_quantile_leaves_the_policy_term_to_the_uncertain_tokens() -
         TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "top_entropy_quantile": -0.1})
     default = policy_loss(logp, logp.detach(), torch.tensor([2.0]), mask, LossConfig())
     assert default.metrics["policy_token_share"] == 1.0
+
+
+def _gspo_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two sequences: log-ratios [0.1, 0.3] (A = 1) and [-0.5, -0.1, -0.3] then a padding token (A = -1)."""
+    old = torch.full((2, 4), -1.0)
+    logp = (old + torch.tensor([[0.1, 0.3, 0.0, 0.0], [-0.5, -0.1, -0.3, 0.0]])).requires_grad_()
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    return logp, old, mask
+
+
+def test_gspo_clips_each_sequences_ratio() -> None:
+    """Zheng et al. 2025 (GSPO), as verl's compute_policy_loss_gspo. Worked in NumPy:
+    s0 = exp(mean(0.1, 0.3)) = exp(0.2) = 1.2214028 (inside [0.8, 1.28]: -s0 A = -1.2214028 per token);
+    s1 = exp(mean(-0.5, -0.1, -0.3)) = exp(-0.3) = 0.7408182, A = -1: below 0.8, clipped: +0.8 per token.
+    token_mean = (2 (-1.2214028) + 3 (0.8)) / 5 = -0.0085611; sequence_mean = (-1.2214028 + 0.8) / 2 = -0.2107014.
+    """
+    logp, old, mask = _gspo_case()
+    config = LossConfig(policy_loss="gspo", clip_low=0.2, clip_high=0.28)
+    out = policy_loss(logp, old, torch.tensor([1.0, -1.0]), mask, config)
+    assert out.loss.item() == pytest.approx(-0.0085611033, abs=1e-7)
+    out.loss.backward()
+    # Each token of sequence 0: -A s0 / 5 tokens (its own log-prob's gradient times s0); sequence 1 is clipped.
+    assert logp.grad.flatten().tolist() == pytest.approx([-0.2442806, -0.2442806, 0, 0, 0, 0, 0, 0], abs=1e-6)
+    assert out.metrics["clip_fraction"] == pytest.approx(3 / 5)
+    assert out.metrics["ratio_mean"] == pytest.approx((2 * 1.2214028 + 3 * 0.7408182) / 5)
+
+    logp, old, mask = _gspo_case()
+    per_sequence = policy_loss(logp, old, torch.tensor([1.0, -1.0]), mask,
+                               config.model_copy(update={"aggregation": "sequence_mean"}))
+    assert per_sequence.loss.item() == pytest.approx(-0.2107013791, abs=1e-7)
+    per_sequence.loss.backward()
+    # The paper's gradient: -A s0 / 2 sequences, spread over its 2 tokens (GSPO-token equals GSPO here).
+    assert logp.grad[0, :2].tolist() == pytest.approx([-0.3053507] * 2, abs=1e-6)
+
+
+def test_gspo_on_policy_is_the_plain_policy_gradient() -> None:
+    """Before any update s = 1 in value, and each token's gradient is -A / tokens, as with the token clip."""
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    out = policy_loss(logp, logp.detach(), torch.tensor([2.0]), torch.ones(1, 3), LossConfig(policy_loss="gspo"))
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-2.0)
+    assert logp.grad[0].tolist() == pytest.approx([-2.0 / 3] * 3)
+
+
+def test_cispo_weights_every_tokens_log_prob_by_its_clipped_ratio() -> None:
+    """MiniMax-M1's CISPO: -sg(clip(r, 0.8, 1.28)) A log pi. Worked in NumPy: ratios [1.5, 0.5, 1.1] (old
+    log-probs -1, so log pi = [-0.5945349, -1.6931472, -0.9046898]), A = 2, weights [1.28, 0.8, 1.1]:
+    loss = -(2 / 3) (1.28 (-0.5945349) + 0.8 (-1.6931472) + 1.1 (-0.9046898)) = 2.0737875; the gradient
+    -w A / 3 = [-0.8533333, -0.5333333, -0.7333333]: the clipped tokens keep theirs (PPO's clip gives the
+    first none)."""
+    old = torch.full((1, 3), -1.0)
+    logp = (old + torch.log(torch.tensor([[1.5, 0.5, 1.1]]))).requires_grad_()
+    out = policy_loss(logp, old, torch.tensor([2.0]), torch.ones(1, 3), LossConfig(policy_loss="cispo"))
+    assert out.loss.item() == pytest.approx(2.0737874722, abs=1e-6)
+    out.loss.backward()
+    assert logp.grad[0].tolist() == pytest.approx([-0.8533333, -0.5333333, -0.7333333], abs=1e-6)
+    assert out.metrics["clip_fraction"] == pytest.approx(2 / 3)
+
+    clip_logp = logp.detach().clone().requires_grad_()
+    policy_loss(clip_logp, old, torch.tensor([2.0]), torch.ones(1, 3), LossConfig()).loss.backward()
+    assert clip_logp.grad[0].tolist() == pytest.approx([0.0, -0.5 * 2 / 3, -1.1 * 2 / 3], abs=1e-6)
+
+
+def test_an_unknown_policy_loss_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match="Setting loss.policy_loss: Input should be 'clip', 'gspo' or 'cispo'"):
+        TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "policy_loss": "ppo"})
