@@ -9,13 +9,14 @@ import typer
 from rich.markup import escape
 
 from agentgym.cli.common import EnvKwargOption, console, fail, make_env, parse_env_kwargs
+from agentgym.cli.help_screen import HelpGroup
 from agentgym.errors import AgentGymError, MissingDependencyError
 from agentgym.net import is_loopback
 
 __all__ = ["app", "build_command", "serve_command"]
 
 app = typer.Typer(help="Serve an env to other frameworks (OpenEnv), and build its container image.",
-                  no_args_is_help=True)
+                  no_args_is_help=True, cls=HelpGroup)
 
 _INSTALL_HINT = MissingDependencyError.install_hint("interop", "openenv-core")
 
@@ -31,6 +32,7 @@ def serve_command(
     idle_timeout: Annotated[float, typer.Option(
         help="Seconds without a message before a session's env is closed; 0: never.")] = 600.0,
     allow_remote: Annotated[bool, typer.Option(
+        "--allow-remote",
         help="Bind a non-loopback interface (inside a container, or a trusted network).")] = False,
 ) -> None:
     """Serve an env as an OpenEnv environment (/reset, /step, /state, /schema, /ws) until Ctrl-C."""
@@ -75,7 +77,7 @@ def build_command(
              "retrieval, ...); repeatable.")] = [],  # noqa: B006
     base: Annotated[str | None, typer.Option(
         help="Base image with python3 (default: the sandbox image, built offline).")] = None,
-    force: Annotated[bool, typer.Option(help="Rebuild even if the image is there.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even if the image is there.")] = False,
     docker_host: Annotated[str | None, typer.Option(
         help="Docker engine URL (default: DOCKER_HOST or the local socket).")] = None,
 ) -> None:
