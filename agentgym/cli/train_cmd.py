@@ -205,8 +205,9 @@ def _dispatch(config: Any, *, backend_given: bool) -> Any:
 
 
 def _print_result(config: Any, result: Any) -> None:
-    metrics = list(getattr(result, "metrics", []) or [])
-    if metrics and "success" in metrics[-1]:
+    # The whole run's steps: a resumed run's closing line starts at its first step, not the resumed one.
+    metrics = [*(getattr(result, "earlier", None) or []), *(getattr(result, "metrics", None) or [])]
+    if metrics and all(isinstance(record.get("success"), (int, float)) for record in (metrics[0], metrics[-1])):
         first, last = metrics[0], metrics[-1]
         line = f"Success rate {first['success']:.0%} -> {last['success']:.0%} (first step -> last"
         # Recorded rows were played by whoever recorded them, not by the model being trained.

@@ -192,3 +192,67 @@ def test_a_misspelt_name_fails_before_anything_starts(args: list[str], message: 
     result = runner.invoke(app, ["train", *args, "--out", str(tmp_path / "run")], terminal_width=1000)
     assert _error_line(result).startswith(message)
     assert nothing_starts == [] and not (tmp_path / "run").exists()
+
+
+# -- a resumed run says where it goes on, and its closing line covers the whole run (issue 50) -------
+
+@pytest.fixture
+def ctrl_c_at_call(monkeypatch: pytest.MonkeyPatch):
+    """``ctrl_c_at_call(n)``: Ctrl-C arrives as the trainer's ``n``-th step (from 1) begins to learn."""
+    from agentgym.trainers.registry import learner_class
+
+    grpo = learner_class("grpo")
+    original = grpo.train_step
+
+    def arm(n: int) -> None:
+        calls = []
+
+        def train_step(self, rows):
+            calls.append(1)
+            if len(calls) == n:
+                raise KeyboardInterrupt
+            return original(self, rows)
+
+        monkeypatch.setattr(grpo, "train_step", train_step)
+
+    yield arm
+    monkeypatch.undo()
+
+
+def test_a_resumed_run_says_where_it_goes_on_and_ends_with_the_whole_run_s_success(
+        rows_file: Path, tmp_path: Path, ctrl_c_at_call) -> None:
+    out = tmp_path / "run"
+    ctrl_c_at_call(2)  # step 1 learned; Ctrl-C as step 2 began: a checkpoint after step 1
+    stopped = _train(rows_file, out, "--steps", "3")
+    assert stopped.exit_code == 2 and "Continue the run with the same flags and --resume." in stopped.output
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    first_step = read_jsonl(out / "metrics.jsonl")[0]["success"]
+    ctrl_c_at_call(0)  # no more Ctrl-C
+    resumed = _train(rows_file, out, "--steps", "3", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    output = " ".join(resumed.output.split())
+    unbroken = "".join(output.split())  # the console may break a long path anywhere
+    assert f"Resumedfrom{out / 'checkpoints' / 'step-000001'}afterstep1:continuingfromstep2of3." in unbroken
+    assert "step 1/3" not in output and "step 2/3" in output
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3] and records[0]["success"] == first_step
+    # Steps 1 and 3 read the same two groups of the 16 episodes, step 2 the other two (8 episodes a step).
+    # The closing line starts at step 1, run before the resume, not at step 2, the first one run here.
+    first, second, last = (records[i]["reward"] for i in range(3))
+    assert second != first == last
+    assert (f"Success rate {first_step:.0%} -> {records[2]['success']:.0%} (first step -> last, of the recorded "
+            f"episodes read); mean reward {first:.3f} -> {last:.3f}.") in output
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_it_starts_again(
+        rows_file: Path, tmp_path: Path, ctrl_c_at_call) -> None:
+    out = tmp_path / "run"
+    ctrl_c_at_call(1)  # Ctrl-C as step 1 began: nothing to save yet
+    stopped = _train(rows_file, out, "--steps", "2")
+    assert stopped.exit_code == 2 and not (out / "checkpoints").exists()
+    ctrl_c_at_call(0)
+    resumed = _train(rows_file, out, "--steps", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert (f"--resume:{out}holdsnocheckpointyet(thefirstissavedafterstep2,orwhenCtrl-Cstopsarunbetween"
+            "steps):startingfromstep1." in "".join(resumed.output.split()))  # a long path may break anywhere
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]
