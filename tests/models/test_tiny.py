@@ -67,16 +67,21 @@ def test_the_model_generates_and_stops_on_im_end(tiny_model: str) -> None:
     assert output.shape == (1, 8)
 
 
-def test_a_different_seed_gives_different_weights(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_different_seed_gives_different_weights(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                  request: pytest.FixtureRequest) -> None:
     from safetensors.torch import load_file
     from transformers.utils import logging
 
+    # `agentgym train` turns transformers' bars off for its process: on here, as in a fresh `agentgym rollout`.
+    was_on = logging.is_progress_bar_enabled()
+    logging.enable_progress_bar()
+    request.addfinalizer(logging.enable_progress_bar if was_on else logging.disable_progress_bar)
     first = build_tiny_model(tmp_path / "a", TinySpec(hidden_size=64, num_layers=1, seed=0))
     second = build_tiny_model(tmp_path / "b", TinySpec(hidden_size=64, num_layers=1, seed=1))
     name = "model.embed_tokens.weight"
     assert not load_file(first / "model.safetensors")[name].equal(load_file(second / "model.safetensors")[name])
     assert not list(tmp_path.glob(".building-*"))
-    # Built silently (no "Writing model shards" bar inside a command's output), the bars left as they were.
+    # Built silently (no "Writing model shards" bar inside a command's output), the bars left on.
     assert capfd.readouterr() == ("", "") and logging.is_progress_bar_enabled()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Training tokens/s", ("train_tokens_per_s",)),
     ("Time per step (s)", ("time/rollout", "time/waiting", "time/train", "time/sync")),
 )
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # all but tab, newline, carriage return
 _COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea")
 _W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 420, 220, 52, 12, 28, 30
 
@@ -165,6 +167,12 @@ def _evaluations(folder: Path) -> str:
     return f"<h2>Evaluation (unseen seeds)</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+def _model_text(text: str) -> str:
+    """Model output as HTML text: escaped, and a control character (a random model's NUL: the page
+    read as a binary file) shown as the replacement character, as a browser would show it."""
+    return html.escape(_CONTROL.sub("\ufffd", text))
+
+
 def _episodes(samples: list[dict[str, Any]], limit: int) -> str:
     if not samples:
         return "<p>No sampled episodes.</p>"
@@ -176,7 +184,7 @@ def _episodes(samples: list[dict[str, Any]], limit: int) -> str:
         verdict = "solved" if sample.get("success") else "not solved"
         messages = "".join(
             f'<div class="msg {html.escape(str(m.get("role", "")))}"><b>{html.escape(str(m.get("role", "")))}</b>'
-            f'<pre>{html.escape(str(m.get("content", "")))}</pre></div>'
+            f'<pre>{_model_text(str(m.get("content", "")))}</pre></div>'
             for m in sample.get("messages", [])[1:])  # [0] is the system prompt (the env's instructions)
         blocks.append(f'<details open><summary>step {int(sample["step"])}: '
                       f'{html.escape(str(sample.get("episode_id", "")))}, reward {_fmt(float(sample.get("reward", 0.0)))}, '

@@ -119,7 +119,7 @@ def test_report_is_one_offline_page_with_curves_and_escaped_episodes(tmp_path: P
     config.save_yaml(tmp_path / "config.yaml")
     row = make_row().model_copy(update={"messages": [
         Message(role="system", content="rules"), Message(role="user", content="Choose."),
-        Message(role="assistant", content="<script>alert(1)</script><answer>Dragon</answer>")]})
+        Message(role="assistant", content="<script>alert(1)</script><answer>Dragon</answer>\x00")]})
     with MetricsLogger(tmp_path, config) as log:
         for step in range(3):
             log.log(step, {"success": 0.5 + step / 4, "reward": step / 3, "loss": 0.1, "kl": 0.0,
@@ -130,6 +130,7 @@ def test_report_is_one_offline_page_with_curves_and_escaped_episodes(tmp_path: P
     assert path == tmp_path / "report.html"
     assert page.count("<svg") >= 6 and "Success rate" in page and "Training tokens/s" in page
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\x00" not in page and "&lt;/answer&gt;\ufffd" in page  # a NUL made the page a binary file
     # Readable offline: nothing is fetched from anywhere.
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert "episodes" not in json.dumps(read_jsonl(tmp_path / "metrics.jsonl")[0])
