@@ -2,15 +2,16 @@
 """Compare a GRPO run with its control step by step, from the two runs' ``metrics.jsonl``.
 
     python scripts/compare_runs.py runs/sokoban6/grpo_control runs/sokoban6/grpo
-    python scripts/compare_runs.py CONTROL RUN --metric reward --from-step 2
+    python scripts/compare_runs.py CONTROL RUN --metric reward --from-step 3
 
 The control is the run's own command with ``--lr 0``: it cannot learn, and with the same
 ``--seed`` it plays the same levels with the same sampling seeds, step by step, so each of
 the run's steps pairs with the control's. The levels of one step can be much easier than
 the next one's (success swings by 40 points between steps), which no single run can tell
 from learning; the pairing removes it. Prints both runs' mean of the metric over the steps
-they share (from ``--from-step``; step 0 is the start model in both, so it should match),
-how many of those steps the run was above and below its control, and the exact two-sided
+they share (from ``--from-step``, 2 by default; step 1, numbered as the console numbers
+them, is the start model in both, so it should match), how many of those steps the run
+was above and below its control, and the exact two-sided
 sign test on that count. For ``success``, where the runs log each step's ``episodes``, it
 also counts the episodes each run won; ``--blocks K`` splits the shared steps into K runs
 of consecutive steps and prints each one's counts, to show whether a gap opens over time.
@@ -111,12 +112,13 @@ def main() -> int:
     parser.add_argument("control", help="the control's run folder (the same command with --lr 0)")
     parser.add_argument("run", help="the run's folder")
     parser.add_argument("--metric", default="success", help="the metric to pair (default: success)")
-    parser.add_argument("--from-step", type=int, default=1, help="the first step to count (default: 1)")
+    parser.add_argument("--from-step", type=int, default=2,
+                        help="the first step to count (default: 2; step 1 is the start model in both)")
     parser.add_argument("--blocks", type=int, default=0, help="also print the counts of K runs of consecutive steps")
     args = parser.parse_args()
     control, run = step_metrics(args.control), step_metrics(args.run)
-    if 0 in control and 0 in run:
-        print(f"step 0 (the start model in both): control {control[0].get(args.metric)}, run {run[0].get(args.metric)}")
+    if 1 in control and 1 in run:
+        print(f"step 1 (the start model in both): control {control[1].get(args.metric)}, run {run[1].get(args.metric)}")
     steps = shared_steps(control, run, args.metric, args.from_step)
     if not steps:
         print(f"The runs share no step from {args.from_step} on with {args.metric!r} logged.", file=sys.stderr)

@@ -29,7 +29,7 @@ def curve(run: str, metric: str, window: int) -> tuple[list[int], list[float], l
     for step in sorted(records):
         elapsed += float(records[step].get("time/step") or 0.0)
         if records[step].get(metric) is not None:
-            steps.append(step + 1)
+            steps.append(step)  # numbered from 1, as the console shows them
             hours.append(elapsed / 3600)
             values.append(float(records[step][metric]))
     return steps, hours, moving_mean(values, window)

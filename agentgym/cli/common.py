@@ -31,7 +31,7 @@ ENV_KWARG_HELP = "Env constructor argument as KEY=VALUE (VALUE read as YAML: 7, 
 PLAY_PANEL, MODEL_PANEL, OUTPUT_PANEL, ADVANCED_PANEL = "What to play", "The model", "Output", "Advanced"
 
 # Options the playing commands (rollout, eval, envs, train) share; each command sets its own default.
-EnvKwargOption = Annotated[list[str], typer.Option("--env-kwarg", "-k", help=ENV_KWARG_HELP)]
+EnvKwargOption = Annotated[list[str], typer.Option("--env-kwarg", "-k", metavar="KEY=VALUE", help=ENV_KWARG_HELP)]
 #: -k in rollout's and eval's groups (one line of help)
 PlayEnvKwargOption = Annotated[list[str], typer.Option(
     "--env-kwarg", "-k", metavar="KEY=VALUE", help="Env argument (YAML value); repeatable.", rich_help_panel=PLAY_PANEL)]

@@ -9,14 +9,13 @@ import typer
 from rich.markup import escape
 
 from agentgym.cli.common import EnvKwargOption, console, fail, make_env, parse_env_kwargs
-from agentgym.cli.help_screen import HelpGroup
 from agentgym.errors import AgentGymError, MissingDependencyError
 from agentgym.net import is_loopback
 
 __all__ = ["app", "build_command", "serve_command"]
 
 app = typer.Typer(help="Serve an env to other frameworks (OpenEnv), and build its container image.",
-                  no_args_is_help=True, cls=HelpGroup)
+                  no_args_is_help=True)
 
 _INSTALL_HINT = MissingDependencyError.install_hint("interop", "openenv-core")
 
@@ -25,15 +24,14 @@ _INSTALL_HINT = MissingDependencyError.install_hint("interop", "openenv-core")
 def serve_command(
     env_id: Annotated[str, typer.Argument(metavar="ENV", help="Env id, e.g. Sokoban-LLM-v0.")],
     env_kwarg: EnvKwargOption = [],  # noqa: B006
-    host: Annotated[str, typer.Option(help="Interface to bind. OpenEnv has no authentication: "
+    host: Annotated[str, typer.Option(metavar="HOST", help="Interface to bind. OpenEnv has no authentication: "
                                            "anything but loopback needs --allow-remote.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    max_sessions: Annotated[int, typer.Option(help="WebSocket sessions (one env each) at once.")] = 64,
+    port: Annotated[int, typer.Option(metavar="PORT", help="TCP port.")] = 8000,
+    max_sessions: Annotated[int, typer.Option(metavar="N", help="WebSocket sessions (one env each) at once.")] = 64,
     idle_timeout: Annotated[float, typer.Option(
-        help="Seconds without a message before a session's env is closed; 0: never.")] = 600.0,
+        metavar="S", help="Seconds without a message before a session's env is closed; 0: never.")] = 600.0,
     allow_remote: Annotated[bool, typer.Option(
-        "--allow-remote",
-        help="Bind a non-loopback interface (inside a container, or a trusted network).")] = False,
+        "--allow-remote", help="Bind a non-loopback interface (inside a container, or a trusted network).")] = False,
 ) -> None:
     """Serve an env as an OpenEnv environment (/reset, /step, /state, /schema, /ws) until Ctrl-C."""
     problem = _serve_problem(host, port, max_sessions, idle_timeout, allow_remote)
@@ -71,15 +69,15 @@ def _serve_problem(host: str, port: int, max_sessions: int, idle_timeout: float,
 
 @app.command("build")
 def build_command(
-    image: Annotated[str | None, typer.Option(help="Image name:tag.")] = None,
+    image: Annotated[str | None, typer.Option(metavar="NAME:TAG", help="Image name:tag.")] = None,
     extra: Annotated[list[str], typer.Option(
-        help="An extra of pyproject.toml whose packages the image also carries (math, "
-             "retrieval, ...); repeatable.")] = [],  # noqa: B006
+        metavar="EXTRA", help="An extra of pyproject.toml whose packages the image also carries (math, "
+                              "retrieval, ...); repeatable.")] = [],  # noqa: B006
     base: Annotated[str | None, typer.Option(
-        help="Base image with python3 (default: the sandbox image, built offline).")] = None,
+        metavar="IMAGE", help="Base image with python3 (default: the sandbox image, built offline).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if the image is there.")] = False,
     docker_host: Annotated[str | None, typer.Option(
-        help="Docker engine URL (default: DOCKER_HOST or the local socket).")] = None,
+        metavar="URL", help="Docker engine URL (default: DOCKER_HOST or the local socket).")] = None,
 ) -> None:
     """Build the image that serves any env over OpenEnv (offline: no registry is needed)."""
     from agentgym.interop.image import DEFAULT_IMAGE, build_env_image, run_hint

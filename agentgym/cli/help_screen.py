@@ -17,9 +17,13 @@ __all__ = ["HelpGroup"]
 
 
 def _blank_flag_types(command: Any, ctx: typer.Context) -> None:
+    """Every flag of ``command`` and, for a group added with ``add_typer`` (``env``, ``sandbox``), of
+    each of its commands: a sub-app need not be made with ``cls=HelpGroup`` to get it."""
     for param in [*command.params, command.get_help_option(ctx)]:
         if param is not None and getattr(param, "is_bool_flag", False) and param.metavar is None:
             param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _blank_flag_types(sub, ctx)
 
 
 class HelpGroup(TyperGroup):

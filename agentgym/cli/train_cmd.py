@@ -118,8 +118,9 @@ def train_command(
     flags.update(parse_env_kwargs(assignments, option="--set"))
     try:
         config = _load_config(config_file, flags)
+        backend_given = config.run.backend is not None  # the check fills in the trainer's default
         _check_before_starting(config)
-        result = _dispatch(config)
+        result = _dispatch(config, backend_given=backend_given)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc
     except KeyboardInterrupt:
@@ -163,18 +164,18 @@ def _load_config(config_file: Path | None, flags: dict[str, Any]) -> Any:
 
 
 def _check_before_starting(config: Any) -> None:
-    """Every name the run will look up, checked now with the registries' own lookups, so a typo
-    fails in a second, before any model is loaded or any server started (the settings themselves
-    were checked as ``config`` was read)."""
-    from agentgym.models import resolve_model
-    from agentgym.trainers.registry import trainer_spec
+    """Every name and setting the run will use, checked now with the registries' own lookups, so a
+    typo fails in a second with one line, before the banner, before any model is built or loaded and
+    before any server is started (each setting's own value was checked as ``config`` was read)."""
+    from agentgym.models import check_model_name
+    from agentgym.trainers.registry import check_settings, trainer_spec
 
     trainer_spec(config.run.trainer).backend(config.run.backend)  # the trainer, then its backend
     if config.rollout.env_id is not None:
         make_env(config.rollout.env_id, config.rollout.env_kwargs).close()  # the id, its arguments, their values
-    resolve_model(config.model.model)
+    check_model_name(config.model.model)  # a tiny model is built later, by the run, not by a check
     if config.distill.teacher is not None:
-        resolve_model(config.distill.teacher, option="-s teacher")
+        check_model_name(config.distill.teacher, option="-s teacher")
     if config.rollout.trajectories is not None:
         from agentgym.rollout.storage import parquet_schema
         from agentgym.trainers.loop.sources import trajectory_files
@@ -182,20 +183,20 @@ def _check_before_starting(config: Any) -> None:
         for path in trajectory_files(config.rollout.trajectories):
             if path.suffix == ".parquet":  # dpo also reads JSON-lines pairs files: only this name promises Parquet
                 parquet_schema(path)
+    check_settings(config)  # last, as it imports the learners (torch): the learner's own checks, unread settings
 
 
-def _dispatch(config: Any) -> Any:
+def _dispatch(config: Any, *, backend_given: bool) -> Any:
     """Run the trainer through the run skeleton."""
     import transformers
 
-    from agentgym.trainers.registry import trainer_spec
     from agentgym.trainers.loop.run import check_run_folder, train
 
     transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars would break the live bar
     main = _is_main_process()
     run = config.run
     check_run_folder(Path(run.out), config)  # a used run folder: one line, before the banner
-    backend = run.backend or f"{trainer_spec(run.trainer).default_backend}, its default backend"
+    backend = run.backend if backend_given else f"{run.backend}, its default backend"  # filled in by the check
     if main:
         console.print(f"Training {escape(config.model.model)} on "
                       f"{escape(str(config.rollout.env_id or config.rollout.trajectories))} ({escape(run.trainer)} on "
@@ -204,8 +205,9 @@ def _dispatch(config: Any) -> Any:
 
 
 def _print_result(config: Any, result: Any) -> None:
-    metrics = list(getattr(result, "metrics", []) or [])
-    if metrics and "success" in metrics[-1]:
+    # The whole run's steps: a resumed run's closing line starts at its first step, not the resumed one.
+    metrics = [*(getattr(result, "earlier", None) or []), *(getattr(result, "metrics", None) or [])]
+    if metrics and all(isinstance(record.get("success"), (int, float)) for record in (metrics[0], metrics[-1])):
         first, last = metrics[0], metrics[-1]
         line = f"Success rate {first['success']:.0%} -> {last['success']:.0%} (first step -> last"
         # Recorded rows were played by whoever recorded them, not by the model being trained.

@@ -28,6 +28,7 @@ __all__ = [
     "build_tiny_model",
     "cache_root",
     "CHAT_TEMPLATE",
+    "check_model_name",
     "resolve_model",
     "SPECIAL_TOKENS",
     "tiny_spec",
@@ -97,7 +98,7 @@ def resolve_model(name: str, *, option: str = "--model") -> str:
     """
     spec = tiny_spec(name)
     if spec is None:
-        _check_local(name, option)
+        check_model_name(name, option=option)
         return name
     folder = cache_root() / "models" / spec.folder_name
     if not (folder / "config.json").exists():
@@ -105,7 +106,11 @@ def resolve_model(name: str, *, option: str = "--model") -> str:
     return str(folder)
 
 
-def _check_local(name: str, option: str) -> None:
+def check_model_name(name: str, *, option: str = "--model") -> None:
+    """The :class:`ConfigError` :func:`resolve_model` would raise for ``name``, without building or
+    loading anything: a bad ``tiny-HxL`` size, or a path that does not exist (``option`` named)."""
+    if tiny_spec(name) is not None:
+        return
     path = Path(name).expanduser()
     first = name.split("/", 1)[0]
     looks_local = (name.startswith(("/", ".", "~")) or name.count("/") > 1
@@ -147,7 +152,7 @@ def build_tiny_model(folder: Path, spec: TinySpec = TinySpec()) -> Path:
         model = LlamaForCausalLM(config)
         model.generation_config.eos_token_id = config.eos_token_id
         model.generation_config.pad_token_id = config.pad_token_id
-        model.save_pretrained(staging)
+        _save_quietly(model, staging)
         try:
             staging.rename(folder)
         except OSError:  # another process finished first: keep its copy
@@ -156,6 +161,20 @@ def build_tiny_model(folder: Path, spec: TinySpec = TinySpec()) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder
+
+
+def _save_quietly(model, folder: Path) -> None:
+    """``save_pretrained`` without its "Writing model shards" bar: a model built on first use would
+    otherwise print it into the output of whichever command asked for ``tiny`` (a one-line error too)."""
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        if shown:
+            logging.enable_progress_bar()
 
 
 def _train_tokenizer(vocab_size: int):  # -> PreTrainedTokenizerFast

@@ -231,30 +231,31 @@ def test_compare_runs_pairs_a_run_with_its_control_step_by_step(tmp_path: Path) 
     """scripts/compare_runs.py: the steps both runs logged, from --from-step, and the sign test on them."""
     def write_run(name: str, successes: list[float | None]) -> Path:
         (tmp_path / name).mkdir()
-        lines = [json.dumps({"step": step, "success": value, "reward": step}) for step, value in enumerate(successes)]
+        lines = [json.dumps({"step": step, "success": value, "reward": step})
+                 for step, value in enumerate(successes, start=1)]  # numbered from 1, as agentgym train writes
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
         return tmp_path / name
 
     control = write_run("control", [0.5, 0.2, 0.6, 0.3, 0.4, 0.1, 0.5])
-    run = write_run("run", [0.5, 0.3, 0.7, 0.3, None, 0.2])  # step 4 not finite, step 6 not reached
+    run = write_run("run", [0.5, 0.3, 0.7, 0.3, None, 0.2])  # step 5 not finite, step 7 not reached
 
     def compare(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, str(COMPARE_RUNS), *args], capture_output=True, text=True, check=False)
 
     done = compare(str(control), str(run))
     assert done.returncode == 0, done.stderr
-    assert "step 0 (the start model in both): control 0.5, run 0.5" in done.stdout
-    # steps 1, 2, 3, 5: run 0.3, 0.7, 0.3, 0.2 against 0.2, 0.6, 0.3, 0.1
-    assert "steps 1 to 5 (4 shared): success 0.375 against the control's 0.3" in done.stdout
+    assert "step 1 (the start model in both): control 0.5, run 0.5" in done.stdout
+    # steps 2, 3, 4, 6: run 0.3, 0.7, 0.3, 0.2 against 0.2, 0.6, 0.3, 0.1
+    assert "steps 2 to 6 (4 shared): success 0.375 against the control's 0.3" in done.stdout
     assert "steps above the control: 3, below: 0, exact sign test p = 0.25" in done.stdout
-    later = compare(str(control), str(run), "--from-step", "3", "--metric", "reward")
-    assert "steps 3 to 5 (3 shared): reward 4 against the control's 4" in later.stdout
+    later = compare(str(control), str(run), "--from-step", "4", "--metric", "reward")
+    assert "steps 4 to 6 (3 shared): reward 5 against the control's 5" in later.stdout
     assert "above the control: 0, below: 0, exact sign test p = 1" in later.stdout
 
     assert "episodes won" not in done.stdout  # these runs logged no episode counts
 
-    none = compare(str(control), str(run), "--from-step", "7")
-    assert none.returncode == 2 and "share no step from 7 on" in none.stderr
+    none = compare(str(control), str(run), "--from-step", "8")
+    assert none.returncode == 2 and "share no step from 8 on" in none.stderr
     missing = compare(str(control), str(tmp_path / "nowhere"))
     assert missing.returncode != 0 and "give the --out folder of an `agentgym train` run" in missing.stderr
 
@@ -264,7 +265,7 @@ def test_compare_runs_counts_the_episodes_each_run_won_in_blocks_of_steps(tmp_pa
     def write_run(name: str, successes: list[float], episodes: list[int]) -> Path:
         (tmp_path / name).mkdir()
         records = [{"step": step, "success": value, "episodes": count}
-                   for step, (value, count) in enumerate(zip(successes, episodes, strict=True))]
+                   for step, (value, count) in enumerate(zip(successes, episodes, strict=True), start=1)]
         (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         return tmp_path / name
 
@@ -275,16 +276,16 @@ def test_compare_runs_counts_the_episodes_each_run_won_in_blocks_of_steps(tmp_pa
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "episodes won: run 15 of 56 (26.8%), control 12 (21.4%)" in lines  # steps 1 to 5
-    assert "  steps 1 to 3: episodes won: run 8 of 24 (33.3%), control 6 (25.0%)" in lines
-    assert "  steps 4 to 5: episodes won: run 7 of 32 (21.9%), control 6 (18.8%)" in lines
+    assert "episodes won: run 15 of 56 (26.8%), control 12 (21.4%)" in lines  # steps 2 to 6
+    assert "  steps 2 to 4: episodes won: run 8 of 24 (33.3%), control 6 (25.0%)" in lines
+    assert "  steps 5 to 6: episodes won: run 7 of 32 (21.9%), control 6 (18.8%)" in lines
 
     assert not any(line.startswith("episodes paired") for line in lines)  # no episodes.jsonl: no pairing
 
-    # With episodes.jsonl the same episode of both runs pairs by id: steps 1 to 5 only, ids in both only.
-    outcomes = {"control": {(1, "a"): True, (1, "b"): False, (2, "a"): True, (3, "c"): False, (0, "a"): True},
-                "run": {(1, "a"): False, (1, "b"): True, (2, "a"): True, (3, "c"): True, (0, "a"): False,
-                        (3, "d"): True}}
+    # With episodes.jsonl the same episode of both runs pairs by id: steps 2 to 6 only, ids in both only.
+    outcomes = {"control": {(2, "a"): True, (2, "b"): False, (3, "a"): True, (4, "c"): False, (1, "a"): True},
+                "run": {(2, "a"): False, (2, "b"): True, (3, "a"): True, (4, "c"): True, (1, "a"): False,
+                        (4, "d"): True}}
     for name, won in outcomes.items():
         (tmp_path / name / "episodes.jsonl").write_text("".join(
             json.dumps({"step": step, "episode_id": episode, "success": success}) + "\n"

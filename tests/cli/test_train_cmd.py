@@ -96,17 +96,26 @@ HINT = ("a rollout file is the Parquet file `agentgym rollout --env ENV --out FI
 
 
 @pytest.fixture
-def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Fails the test if a run gets as far as starting the built-in server; the list names what started."""
+def nothing_starts(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Fails the test if a run gets as far as starting the built-in server, any process, or building the
+    tiny model (into an empty cache, as on a new machine); the list names what started."""
+    import subprocess
+
+    import agentgym.models.tiny
     from agentgym.serve.launch import BuiltinServer
 
     started: list[str] = []
 
-    def launch(self, *args, **kwargs):
-        started.append("server")
-        raise AssertionError("the built-in server was started: a bad name was not caught up front")
+    def refuse(what: str):
+        def started_it(*args, **kwargs):
+            started.append(what)
+            raise AssertionError(f"{what} was started: a bad name was not caught up front")
+        return started_it
 
-    monkeypatch.setattr(BuiltinServer, "__init__", launch)
+    monkeypatch.setattr(BuiltinServer, "__init__", refuse("the built-in server"))
+    monkeypatch.setattr(subprocess, "Popen", refuse("a process"))
+    monkeypatch.setattr(agentgym.models.tiny, "build_tiny_model", refuse("the tiny model's build"))
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path_factory.mktemp("empty-cache")))
     return started
 
 
@@ -134,7 +143,8 @@ def test_a_text_file_named_parquet_is_one_line_for_every_trainer(trainer: str, t
 @pytest.mark.parametrize(("trainer", "kind"), [("grpo", "other columns"), ("sft", "other columns"), ("grpo", "text")])
 def test_a_file_the_trainer_reads_as_rows_is_one_line(trainer: str, kind: str, tmp_path: Path, tiny_model: str,
                                                       nothing_starts: list[str]) -> None:
-    """Read where the trainer reads its rows (agentgym.rollout.storage.read_rows): the issue's two cases."""
+    """Read where the trainer reads its rows (agentgym.rollout.storage.read_rows), after the model is
+    loaded (the up-front check reads only whether a .parquet file is Parquet): the issue's two cases."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -148,7 +158,7 @@ def test_a_file_the_trainer_reads_as_rows_is_one_line(trainer: str, kind: str, t
         what = ("is a Parquet file but not a rollout file: it lacks the columns episode_id, group_id, "
                 "index_in_group and 20 more; its columns are ['answer', 'prompt']")
     result = runner.invoke(app, ["train", "--trainer", trainer, "--trajectories", str(path), "--steps", "1",
-                                 "--out", str(tmp_path / "run")], terminal_width=1000)
+                                 "--model", tiny_model, "--out", str(tmp_path / "run")], terminal_width=1000)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
@@ -166,7 +176,12 @@ def test_a_file_the_trainer_reads_as_rows_is_one_line(trainer: str, kind: str, t
     (["--env", "Bandit-LLM-v0", "--model", "./no-such-model"], "error: --model './no-such-model' does not exist."),
     (["--env", "Bandit-LLM-v0", "--trainer", "distill", "-s", "teacher=./no-such-teacher"],
      "error: -s teacher './no-such-teacher' does not exist."),
+    (["--env", "Bandit-LLM-v0", "--model", "tiny-100x2"], "error: 'tiny-100x2': the hidden size must be a multiple"),
     (["--env", "Bandit-LLM-v0", "-s", "stepz=3"], "error: Unknown training setting 'stepz'. Did you mean 'steps'?"),
+    (["--env", "Bandit-LLM-v0", "--trainer", "sft"], "error: --trainer sft learns from a rollout file: pass "),
+    (["--env", "Bandit-LLM-v0", "--trainer", "distill"], "error: --trainer distill needs a teacher: -s teacher="),
+    (["--env", "Bandit-LLM-v0", "-s", "teacher=tiny"],
+     "error: distill.teacher is set, but trainer 'grpo' on backend 'fsdp' does not read the distill section"),
     (["--env", "Bandit-LLM-v0", "-s", "lr=fast"], "error: Setting optim.lr: Input should be a valid number"),
     (["--env", "Bandit-LLM-v0", "-k", "arms=3"], "error: Bandit-LLM-v0 has no argument 'arms' (did you mean arm_names?)"),
     (["--env", "Sokoban-LLM-v0", "-k", "dim_room=banana"], "error: dim_room must be a side (7) or [height, width]"),
@@ -177,3 +192,67 @@ def test_a_misspelt_name_fails_before_anything_starts(args: list[str], message: 
     result = runner.invoke(app, ["train", *args, "--out", str(tmp_path / "run")], terminal_width=1000)
     assert _error_line(result).startswith(message)
     assert nothing_starts == [] and not (tmp_path / "run").exists()
+
+
+# -- a resumed run says where it goes on, and its closing line covers the whole run (issue 50) -------
+
+@pytest.fixture
+def ctrl_c_at_call(monkeypatch: pytest.MonkeyPatch):
+    """``ctrl_c_at_call(n)``: Ctrl-C arrives as the trainer's ``n``-th step (from 1) begins to learn."""
+    from agentgym.trainers.registry import learner_class
+
+    grpo = learner_class("grpo")
+    original = grpo.train_step
+
+    def arm(n: int) -> None:
+        calls = []
+
+        def train_step(self, rows):
+            calls.append(1)
+            if len(calls) == n:
+                raise KeyboardInterrupt
+            return original(self, rows)
+
+        monkeypatch.setattr(grpo, "train_step", train_step)
+
+    yield arm
+    monkeypatch.undo()
+
+
+def test_a_resumed_run_says_where_it_goes_on_and_ends_with_the_whole_run_s_success(
+        rows_file: Path, tmp_path: Path, ctrl_c_at_call) -> None:
+    out = tmp_path / "run"
+    ctrl_c_at_call(2)  # step 1 learned; Ctrl-C as step 2 began: a checkpoint after step 1
+    stopped = _train(rows_file, out, "--steps", "3")
+    assert stopped.exit_code == 2 and "Continue the run with the same flags and --resume." in stopped.output
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1]
+    first_step = read_jsonl(out / "metrics.jsonl")[0]["success"]
+    ctrl_c_at_call(0)  # no more Ctrl-C
+    resumed = _train(rows_file, out, "--steps", "3", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    output = " ".join(resumed.output.split())
+    unbroken = "".join(output.split())  # the console may break a long path anywhere
+    assert f"Resumedfrom{out / 'checkpoints' / 'step-000001'}afterstep1:continuingfromstep2of3." in unbroken
+    assert "step 1/3" not in output and "step 2/3" in output
+    records = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3] and records[0]["success"] == first_step
+    # Steps 1 and 3 read the same two groups of the 16 episodes, step 2 the other two (8 episodes a step).
+    # The closing line starts at step 1, run before the resume, not at step 2, the first one run here.
+    first, second, last = (records[i]["reward"] for i in range(3))
+    assert second != first == last
+    assert (f"Success rate {first_step:.0%} -> {records[2]['success']:.0%} (first step -> last, of the recorded "
+            f"episodes read); mean reward {first:.3f} -> {last:.3f}.") in output
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_it_starts_again(
+        rows_file: Path, tmp_path: Path, ctrl_c_at_call) -> None:
+    out = tmp_path / "run"
+    ctrl_c_at_call(1)  # Ctrl-C as step 1 began: nothing to save yet
+    stopped = _train(rows_file, out, "--steps", "2")
+    assert stopped.exit_code == 2 and not (out / "checkpoints").exists()
+    ctrl_c_at_call(0)
+    resumed = _train(rows_file, out, "--steps", "2", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert (f"--resume:{out}holdsnocheckpointyet(thefirstissavedafterstep2,orwhenCtrl-Cstopsarunbetween"
+            "steps):startingfromstep1." in "".join(resumed.output.split()))  # a long path may break anywhere
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2]

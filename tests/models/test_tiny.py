@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from agentgym.errors import ConfigError
-from agentgym.models import TinySpec, build_tiny_model, resolve_model, tiny_spec
+from agentgym.models import TinySpec, build_tiny_model, check_model_name, resolve_model, tiny_spec
 
 
 @pytest.mark.parametrize(
@@ -67,14 +67,33 @@ def test_the_model_generates_and_stops_on_im_end(tiny_model: str) -> None:
     assert output.shape == (1, 8)
 
 
-def test_a_different_seed_gives_different_weights(tmp_path: Path) -> None:
+def test_a_different_seed_gives_different_weights(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                  request: pytest.FixtureRequest) -> None:
     from safetensors.torch import load_file
+    from transformers.utils import logging
 
+    # `agentgym train` turns transformers' bars off for its process: on here, as in a fresh `agentgym rollout`.
+    was_on = logging.is_progress_bar_enabled()
+    logging.enable_progress_bar()
+    request.addfinalizer(logging.enable_progress_bar if was_on else logging.disable_progress_bar)
     first = build_tiny_model(tmp_path / "a", TinySpec(hidden_size=64, num_layers=1, seed=0))
     second = build_tiny_model(tmp_path / "b", TinySpec(hidden_size=64, num_layers=1, seed=1))
     name = "model.embed_tokens.weight"
     assert not load_file(first / "model.safetensors")[name].equal(load_file(second / "model.safetensors")[name])
     assert not list(tmp_path.glob(".building-*"))
+    # Built silently (no "Writing model shards" bar inside a command's output), the bars left on.
+    assert capfd.readouterr() == ("", "") and logging.is_progress_bar_enabled()
+
+
+def test_a_model_name_is_checked_without_building_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
+    check_model_name("tiny-128x2")
+    check_model_name("Qwen/Qwen2.5-0.5B-Instruct")  # a hub id: left to transformers
+    with pytest.raises(ConfigError, match=r"^-s teacher '\./gone' does not exist\."):
+        check_model_name("./gone", option="-s teacher")
+    with pytest.raises(ConfigError, match="multiple of 64"):
+        check_model_name("tiny-100x2")
+    assert list(tmp_path.iterdir()) == []  # nothing built
 
 
 def test_an_empty_cache_variable_means_the_default_cache(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,10 +4,13 @@
 0.5, "reward": ..., ...}``) and is what ``agentgym report`` reads;
 ``samples.jsonl`` keeps a few episodes per step as conversations, and
 ``episodes.jsonl`` one line per episode played (its id, seed, reward, success
-and turns: a run and its control pair episode by episode). TensorBoard
+and turns: a run and its control pair episode by episode); ``warmup.jsonl``
+the format warm-up's loss at each of its steps. TensorBoard
 and W&B are optional imports, used only when enabled, and a missing package
 is a :class:`~agentgym.errors.MissingDependencyError` naming what to install.
-On resume, lines of steps at or past the resumed step are dropped first (a
+Every file, TensorBoard and W&B number the steps from 1, as the console does
+(``step 40/40`` is ``"step": 40``); the loop counts from 0 and gives that index.
+On resume, lines of steps after the resumed step are dropped first (a
 crash may have logged steps after the last checkpoint).
 """
 
@@ -33,11 +36,13 @@ from agentgym.errors import MissingDependencyError
 from agentgym.rollout.rows import TrajectoryRow, first_rows
 from agentgym.trainers.settings import TrainConfig
 
-__all__ = ["EPISODES_FILE", "METRICS_FILE", "SAMPLES_FILE", "MetricsLogger", "read_jsonl", "step_line"]
+__all__ = ["EPISODES_FILE", "METRICS_FILE", "SAMPLES_FILE", "WARMUP_FILE", "MetricsLogger", "read_jsonl",
+           "step_line"]
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 EPISODES_FILE = "episodes.jsonl"
+WARMUP_FILE = "warmup.jsonl"
 
 #: what the console line and the progress bar show, in order (when present)
 _SHOWN = (("reward", "reward {:.3f}"), ("success", "success {:.0%}"), ("loss", "loss {:.4f}"),
@@ -58,10 +63,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def _truncate(path: Path, first_step: int) -> None:
-    """Keep only the records of steps before ``first_step``."""
+def _truncate(path: Path, steps_done: int) -> None:
+    """Keep only the records of steps 1 to ``steps_done`` (the steps a resumed run does not play again)."""
     if path.exists():
-        kept = [r for r in read_jsonl(path) if int(r.get("step", -1)) < first_step]
+        kept = [r for r in read_jsonl(path) if int(r.get("step", 0)) <= steps_done]
         path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
 
 
@@ -87,7 +92,7 @@ class MetricsLogger:
     Args:
         out: the run folder.
         config: the run's config (for TensorBoard/W&B and the progress total).
-        start_step: the first step this process will log (after a resume).
+        start_step: the steps done before this process (after a resume; the loop's first index).
         console: where the progress bar and step lines go (None: quiet).
     """
 
@@ -140,19 +145,20 @@ class MetricsLogger:
                           dir=str(self.out), config=self.config.model_dump(mode="json"))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Record ``step``'s metrics everywhere (and advance the bar)."""
+        """Record the metrics of the loop's step ``step`` (its index: step ``step + 1``) everywhere, and
+        advance the bar."""
         if not self.enabled:
             return
-        record = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
+        record = {"step": step + 1, **{k: _finite(v) for k, v in metrics.items()}}
         with (self.out / METRICS_FILE).open("a", encoding="utf-8") as file:
             file.write(json.dumps(record) + "\n")
         numeric = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
         if self._tensorboard is not None:
             for name, value in numeric.items():
-                self._tensorboard.add_scalar(name, value, step)
+                self._tensorboard.add_scalar(name, value, step + 1)
             self._tensorboard.flush()
         if self._wandb is not None:
-            self._wandb.log(numeric, step=step)
+            self._wandb.log(numeric, step=step + 1)
         if self._progress is not None:
             stats = "  ".join(fmt.format(metrics[n]) for n, fmt in _SHOWN[:3] if n in metrics)
             self._progress.update(self._task, completed=step + 1, stats=stats)
@@ -169,6 +175,14 @@ class MetricsLogger:
         if self.enabled and self.console is not None:
             (self._progress.console if self._progress else self.console).print(message)
 
+    def log_warmup(self, losses: Sequence[float]) -> None:
+        """The format warm-up's loss at each of its steps (``agentgym report`` draws the curve); a run
+        that warms up again (resumed before its first checkpoint) writes the file afresh."""
+        if self.enabled:
+            (self.out / WARMUP_FILE).write_text(
+                "".join(json.dumps({"step": i + 1, "loss": _finite(loss)}) + "\n" for i, loss in enumerate(losses)),
+                encoding="utf-8")
+
     def log_samples(self, step: int, rows: Sequence[TrajectoryRow]) -> None:
         """Keep the first ``sample_episodes`` episodes of the step as conversations."""
         if not self.enabled or self.config.run.sample_episodes == 0:
@@ -177,7 +191,7 @@ class MetricsLogger:
         with (self.out / SAMPLES_FILE).open("a", encoding="utf-8") as file:
             for row in episodes:
                 file.write(json.dumps({
-                    "step": step, "episode_id": row.episode_id, "reward": row.reward, "success": row.success,
+                    "step": step + 1, "episode_id": row.episode_id, "reward": row.reward, "success": row.success,
                     "stop_reason": row.stop_reason, "messages": [m.model_dump() for m in row.messages],
                 }) + "\n")
 
@@ -190,7 +204,7 @@ class MetricsLogger:
         with (self.out / EPISODES_FILE).open("a", encoding="utf-8") as file:
             for row in first_rows(rows):
                 file.write(json.dumps({
-                    "step": step, "episode_id": row.episode_id, "seed": row.seed, "reward": _finite(row.reward),
+                    "step": step + 1, "episode_id": row.episode_id, "seed": row.seed, "reward": _finite(row.reward),
                     "success": row.success, "turns": row.num_turns, "stop_reason": row.stop_reason,
                 }) + "\n")
 

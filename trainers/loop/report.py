@@ -1,8 +1,9 @@
 """``agentgym report DIR``: one self-contained HTML page about a training run, readable offline.
 
-The page draws the run's curves (reward, success, loss, KL, entropy,
-tokens/s, the time split) as inline SVG, written here with no plotting
-library and no script, so it opens anywhere, shows the run's settings, and
+The page draws the run's curves (the format warm-up's loss, then reward,
+success, loss, KL, entropy, tokens/s, the time split) as inline SVG,
+written here with no plotting library and no script, so it opens
+anywhere, shows the run's settings, and
 a few sampled episodes (first and last steps) as conversations. Every piece
 of text from the run (episodes are model output: untrusted) is HTML-escaped.
 
@@ -14,19 +15,22 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agentgym.errors import ConfigError
-from agentgym.trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, read_jsonl
+from agentgym.trainers.loop.metrics import METRICS_FILE, SAMPLES_FILE, WARMUP_FILE, read_jsonl
 
-__all__ = ["CHARTS", "EVAL_FILE", "render_report", "svg_chart", "write_report"]
+__all__ = ["CHARTS", "EVAL_FILE", "WARMUP_CHART", "render_report", "svg_chart", "write_report"]
 
 #: results of ``agentgym eval`` on the run's model, written by that command into the run folder
 EVAL_FILE = "eval.json"
 
-#: (title, metric keys drawn together) of each chart, in page order
+#: the chart of warmup.jsonl, before the others (its steps are the warm-up's own, not the run's)
+WARMUP_CHART = "Format warm-up: loss"
+#: (title, metric keys drawn together) of each chart of metrics.jsonl, in page order
 CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Reward", ("reward",)),
     ("Success rate", ("success", "valid_actions")),
@@ -44,6 +48,7 @@ CHARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Training tokens/s", ("train_tokens_per_s",)),
     ("Time per step (s)", ("time/rollout", "time/waiting", "time/train", "time/sync")),
 )
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # all but tab, newline, carriage return
 _COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea")
 _W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 420, 220, 52, 12, 28, 30
 
@@ -70,7 +75,7 @@ def _fmt(value: float) -> str:
     return f"{value:,.4g}"
 
 
-def svg_chart(title: str, series: dict[str, Sequence[tuple[float, float]]]) -> str:
+def svg_chart(title: str, series: dict[str, Sequence[tuple[float, float]]], *, x_label: str = "step") -> str:
     """A line chart of ``{name: [(x, y), ...]}`` as an inline ``<svg>`` element."""
     points = [p for values in series.values() for p in values]
     parts = [f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(title)}">',
@@ -98,7 +103,7 @@ def svg_chart(title: str, series: dict[str, Sequence[tuple[float, float]]]) -> s
                      f'<text x="{_PAD_L - 4}" y="{py(tick) + 3:.1f}" text-anchor="end" class="axis">{_fmt(tick)}</text>')
     for tick in _ticks(x0, x1):
         parts.append(f'<text x="{px(tick):.1f}" y="{_H - 12}" text-anchor="middle" class="axis">{_fmt(tick)}</text>')
-    parts.append(f'<text x="{_W - _PAD_R}" y="{_H - 1}" text-anchor="end" class="axis">step</text>')
+    parts.append(f'<text x="{_W - _PAD_R}" y="{_H - 1}" text-anchor="end" class="axis">{html.escape(x_label)}</text>')
     for i, (name, values) in enumerate(series.items()):
         colour = _COLOURS[i % len(_COLOURS)]
         path = " ".join(f"{'M' if j == 0 else 'L'}{px(x):.1f},{py(y):.1f}" for j, (x, y) in enumerate(values))
@@ -116,7 +121,7 @@ def svg_chart(title: str, series: dict[str, Sequence[tuple[float, float]]]) -> s
 def _series(records: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, list[tuple[float, float]]]:
     series: dict[str, list[tuple[float, float]]] = {}
     for key in keys:
-        values = [(float(r["step"]) + 1, float(r[key])) for r in records
+        values = [(float(r["step"]), float(r[key])) for r in records
                   if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
         if values:
             series[key] = values
@@ -162,6 +167,12 @@ def _evaluations(folder: Path) -> str:
     return f"<h2>Evaluation (unseen seeds)</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
+def _model_text(text: str) -> str:
+    """Model output as HTML text: escaped, and a control character (a random model's NUL: the page
+    read as a binary file) shown as the replacement character, as a browser would show it."""
+    return html.escape(_CONTROL.sub("\ufffd", text))
+
+
 def _episodes(samples: list[dict[str, Any]], limit: int) -> str:
     if not samples:
         return "<p>No sampled episodes.</p>"
@@ -173,9 +184,9 @@ def _episodes(samples: list[dict[str, Any]], limit: int) -> str:
         verdict = "solved" if sample.get("success") else "not solved"
         messages = "".join(
             f'<div class="msg {html.escape(str(m.get("role", "")))}"><b>{html.escape(str(m.get("role", "")))}</b>'
-            f'<pre>{html.escape(str(m.get("content", "")))}</pre></div>'
+            f'<pre>{_model_text(str(m.get("content", "")))}</pre></div>'
             for m in sample.get("messages", [])[1:])  # [0] is the system prompt (the env's instructions)
-        blocks.append(f'<details open><summary>step {int(sample["step"]) + 1}: '
+        blocks.append(f'<details open><summary>step {int(sample["step"])}: '
                       f'{html.escape(str(sample.get("episode_id", "")))}, reward {_fmt(float(sample.get("reward", 0.0)))}, '
                       f"{verdict}</summary>{messages}</details>")
     return "".join(blocks)
@@ -197,7 +208,7 @@ details{border:1px solid #e5e7eb;border-radius:6px;margin:8px 0;padding:6px 10px
 
 
 def render_report(run_dir: str | Path, *, episodes: int = 4) -> str:
-    """The HTML of a run folder's report (reads metrics.jsonl, samples.jsonl, config.yaml)."""
+    """The HTML of a run folder's report (reads metrics.jsonl, warmup.jsonl, samples.jsonl, config.yaml)."""
     folder = Path(run_dir)
     metrics_file = folder / METRICS_FILE
     if not metrics_file.exists():
@@ -209,6 +220,8 @@ def render_report(run_dir: str | Path, *, episodes: int = 4) -> str:
     # A curve the run did not compute (no KL term, an SFT run's rollout numbers) gets no empty panel.
     drawn = [(title, series) for title, keys in CHARTS if (series := _series(records, keys)) or not records]
     charts = "".join(svg_chart(title, series) for title, series in drawn)
+    if warmup := _series(read_jsonl(folder / WARMUP_FILE), ("loss",)):
+        charts = svg_chart(WARMUP_CHART, warmup, x_label="warm-up step") + charts
     title = f"agentgym training run: {folder.resolve().name}"
     return (
         f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"

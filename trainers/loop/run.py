@@ -48,7 +48,7 @@ from agentgym.trainers.learners.base import Learner
 from agentgym.trainers.learners.sft import sft_update
 from agentgym.trainers.loop.budget import TimeBudget
 from agentgym.trainers.loop.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from agentgym.trainers.loop.metrics import MetricsLogger
+from agentgym.trainers.loop.metrics import METRICS_FILE, MetricsLogger, read_jsonl
 from agentgym.trainers.loop.rollouts import format_warmup_rows
 from agentgym.trainers.loop.serving import Serving
 from agentgym.trainers.loop.sources import OfflineGroups, SFTBatches, row_source, trajectory_files
@@ -78,6 +78,10 @@ class TrainResult:
 
     out: Path
     metrics: list[dict[str, float]] = field(default_factory=list)
+    """the metrics of the steps run by this call"""
+    earlier: list[dict[str, Any]] = field(default_factory=list)
+    """a resumed run's records of the steps before the resume (metrics.jsonl's, each with its ``step``),
+    so that a summary of the whole run starts at its first step; empty otherwise (and off rank 0)"""
     final_model: Path | None = None
     stopped_early: bool = False
 
@@ -105,11 +109,13 @@ def train(config: Any, *, console: Console | None = None, stop_after: int | None
     result = TrainResult(out=out)
     engine = learner.engine
     log = MetricsLogger(out, config, start_step=state.step, enabled=dist.is_main, console=console)
+    if dist.is_main and state.step > 0:
+        result.earlier = read_jsonl(out / METRICS_FILE)  # kept by the logger: the steps before state.step
+    if config.run.resume:
+        log.note(_resume_note(out, resumed_from, state, config))
     if config.rollout.trajectories is None and config.server.base_url is None:
         log.stage("starting the server")
     with log, Serving(config, engine.tokenizer, engine.model_path, main=dist.is_main) as serving:
-        if resumed_from is not None:
-            log.note(f"Resumed from {resumed_from} (step {state.step}).")
         _warm_up(config, learner, serving, state, log)
         serving.push(learner)  # the server starts from the learner's weights (warm-up, checkpoint)
         log.stage("train")
@@ -155,6 +161,18 @@ def train(config: Any, *, console: Console | None = None, stop_after: int | None
             raise
     result.final_model = learner.export(out / "final")
     return result
+
+
+def _resume_note(out: Path, resumed_from: Path | None, state: LoopState, config: Any) -> str:
+    """Where ``--resume`` takes the run up, in the console's step numbers (from 1)."""
+    steps = config.run.steps
+    if resumed_from is None:  # stopped before its first checkpoint (or never started)
+        first = min(config.run.checkpoint_every, steps)
+        return (f"--resume: {out} holds no checkpoint yet (the first is saved after step {first}, or when Ctrl-C "
+                "stops a run between steps): starting from step 1.")
+    if state.step >= steps:
+        return f"Resumed from {resumed_from}: all {steps} steps were done; writing the final model."
+    return f"Resumed from {resumed_from} after step {state.step}: continuing from step {state.step + 1} of {steps}."
 
 
 def _stalled(config: Any, learner: Learner, metrics: dict[str, float]) -> str:
@@ -226,6 +244,7 @@ def _warm_up(config: Any, learner: Learner, serving: Serving, state: LoopState, 
             start = step * size % len(rows)
             batch = (rows + rows)[start:start + size]  # round and round the episodes
             losses.append(sft_update(learner.engine, batch, lr=lr)["loss"])
+        log.log_warmup(losses)
         log.note(f"Format warm-up done: loss {losses[0]:.3f} -> {losses[-1]:.3f}.")
     state.warmed_up = True
     _keep_reference(config, learner)

@@ -60,7 +60,7 @@ def test_two_gloo_ranks_match_one_process(rollout_file: Path, tmp_path: Path, ti
     _train(torchrun, tmp_path / "two", rollout_file)
 
     one, two = read_jsonl(tmp_path / "one" / "metrics.jsonl"), read_jsonl(tmp_path / "two" / "metrics.jsonl")
-    assert [r["step"] for r in two] == [r["step"] for r in one] == [0, 1]
+    assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2]
     for got, want in zip(two, one):
         for key in ("train_sequences", "loss_tokens", "episodes", "reward"):
             assert got[key] == want[key], (got["step"], key)
@@ -96,7 +96,7 @@ def test_two_gloo_ranks_match_one_process_for_every_trainer(name: str, rollout_f
                 "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "agentgym"]
     _train(torchrun, tmp_path / "two", rollout_file, extra)
     one, two = read_jsonl(tmp_path / "one" / "metrics.jsonl"), read_jsonl(tmp_path / "two" / "metrics.jsonl")
-    assert [r["step"] for r in two] == [r["step"] for r in one] == [0, 1]
+    assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2]
     compared = [key for key in ("loss", "policy_loss", "value_loss", "kl", "grad_norm", "critic_grad_norm",
                                 "reward_margin", "updates") if key in one[0]]
     assert "grad_norm" in compared and one[0]["updates"] > 0

@@ -66,14 +66,14 @@ def test_agentgym_train_backend_trl_on_a_rollout_file(rollout_file: Path, tmp_pa
         "--group-size", "4", "--episodes-per-step", "8", "--out", str(tmp_path / "run")], terminal_width=200)
     assert result.exit_code == 0, result.output
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["step"] for r in records] == [1, 2, 3]
     for record, groups in zip(records, [(0, 1), (2, 3), (0, 1)]):  # round and round the file
         rewards = [reward for g in groups for reward in _REWARDS[g]]
         assert record["episodes"] == 8 and record["reward"] == pytest.approx(sum(rewards) / 8)
         assert "time/sync" not in record and record["grad_norm"] > 0  # offline: nothing pushed
-        assert record["policy_version"] == record["step"] + 1
+        assert record["policy_version"] == record["step"]  # one update a step
     samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
-    assert {s["step"] for s in samples} == {0, 1, 2}
+    assert {s["step"] for s in samples} == {1, 2, 3}
     assert (tmp_path / "run" / "final" / "model.safetensors").exists()
 
 
@@ -89,7 +89,7 @@ def test_trl_run_stopped_half_way_resumes_to_the_same_metrics_and_weights(rollou
 
     logged = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
     expected = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-    assert [r["step"] for r in logged] == [r["step"] for r in expected] == [0, 1, 2, 3]
+    assert [r["step"] for r in logged] == [r["step"] for r in expected] == [1, 2, 3, 4]
     for got, want in zip(logged, expected):
         assert got.keys() == want.keys() and {"loss", "grad_norm", "entropy", "lr", "clip_fraction"} <= got.keys()
         for key in (k for k in want if not k.startswith(_TIMES)):
@@ -105,7 +105,7 @@ def test_trl_run_out_of_max_seconds_ends_after_a_whole_step_with_a_final_model(r
                                                                                 tmp_path: Path) -> None:
     timed = train(_config(rollout_file, tmp_path / "run", max_seconds=1e-6), device="cpu")
     assert len(timed.metrics) == 1 and not timed.stopped_early
-    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1]
     assert timed.final_model is not None and (timed.final_model / "model.safetensors").exists()
 
 
@@ -182,7 +182,7 @@ def test_online_trl_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: P
     train(config("resumed", resume=True), device="cpu")  # a fresh server, synced from the checkpoint
     want = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     got = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
-    assert [r["step"] for r in got] == [r["step"] for r in want] == [0, 1, 2]
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [1, 2, 3]
     for a, b in zip(got, want):
         for key in ("success", "reward", "valid_actions", "sampled_tokens", "policy_version"):
             assert a[key] == b[key], (a["step"], key)

@@ -181,7 +181,7 @@ def test_sft_reports_each_step_while_it_trains(tokenizer: Any, tiny_model: str, 
                    console=Console(file=screen, width=200), device="cpu")
     shown = screen.getvalue()
     assert all(f"step {k}/3" in shown for k in (1, 2, 3))
-    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2]
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3]
     assert len({m["loss"] for m in result.metrics}) == 3  # a loss per step, each of the weights of its time
 
 

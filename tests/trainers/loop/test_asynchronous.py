@@ -69,7 +69,7 @@ def test_a_run_stopped_while_the_next_step_plays_resumes_without_losing_or_repea
     assert first.stopped_early and len(first.metrics) == 2
     resumed = train(_config(out, steps=3, resume=True))
     assert len(resumed.metrics) == 1 and resumed.final_model is not None
-    assert [record["step"] for record in read_jsonl(out / "metrics.jsonl")] == [0, 1, 2]
+    assert [record["step"] for record in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3]
 
 
 def test_asynchronous_needs_a_step_of_staleness_and_an_env_to_play() -> None:

@@ -48,7 +48,7 @@ def test_online_run_stopped_half_way_resumes_to_the_same_metrics(tmp_path: Path)
     train(config("resumed", resume=True), device="cpu")  # a fresh server, synced from the checkpoint
     want = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
     got = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
-    assert [r["step"] for r in got] == [0, 1, 2, 3]
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
     for a, b in zip(got, want):
         # Same episodes (seeded per step and turn) and the same learning, step by step.
         for key in ("success", "reward", "valid_actions", "sampled_tokens", "train_sequences"):
@@ -70,6 +70,6 @@ def test_two_cpu_ranks_under_torchrun(tmp_path: Path, tiny_model: str) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=540, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1]
+    assert [r["step"] for r in records] == [1, 2]
     assert all(r["train_sequences"] >= 0 and r["time/sync"] > 0 for r in records)
     assert (tmp_path / "run" / "final" / "model.safetensors").exists()

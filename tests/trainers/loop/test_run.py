@@ -33,11 +33,11 @@ def test_offline_training_logs_checkpoints_and_saves_a_model(bandit_rows: Path, 
 
     result = train(_offline(bandit_rows, tmp_path / "run"), device="cpu")
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]  # numbered as the console numbers them
     for record in records:
         assert record["episodes"] == 8 and 0.0 <= record["success"] <= 1.0
         assert record["train_sequences"] == 8 and "time/sync" not in record  # offline: nothing pushed
-        assert record["policy_version"] == record["step"] + 1
+        assert record["policy_version"] == record["step"]  # one update a step
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step-000002", "step-000004"]
     assert result.final_model is not None
     AutoModelForCausalLM.from_pretrained(result.final_model)
@@ -56,7 +56,8 @@ def test_resumed_run_ends_as_the_uninterrupted_one(bandit_rows: Path, tmp_path: 
     assert len(resumed.metrics) == 3
     logged = read_jsonl(tmp_path / "resumed" / "metrics.jsonl")
     expected = read_jsonl(tmp_path / "straight" / "metrics.jsonl")
-    assert [r["step"] for r in logged] == [0, 1, 2, 3]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4]
+    assert resumed.earlier == logged[:1]  # the step before the resume: the whole run's summary starts there
     for got, want in zip(logged, expected):
         assert got.keys() == want.keys() and {"loss", "grad_norm", "entropy", "lr", "success"} <= got.keys()
         for key in (k for k in want if not k.startswith(_TIMES)):
@@ -66,12 +67,12 @@ def test_resumed_run_ends_as_the_uninterrupted_one(bandit_rows: Path, tmp_path: 
 
 def test_max_seconds_ends_the_run_with_a_final_model_and_resume_goes_on(bandit_rows: Path, tmp_path: Path) -> None:
     timed = train(_offline(bandit_rows, tmp_path / "run", max_seconds=1e-6), device="cpu")
-    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0]
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1]
     assert not timed.stopped_early and timed.final_model is not None
     assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step-000001"]
     resumed = train(_offline(bandit_rows, tmp_path / "run", resume=True), device="cpu")
     assert len(resumed.metrics) == 3
-    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert [r["step"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
 def test_an_existing_run_needs_resume(bandit_rows: Path, tmp_path: Path) -> None:
@@ -103,12 +104,12 @@ def test_online_run_syncs_weights_into_the_builtin_server(tmp_path: Path) -> Non
         assert record["time/rollout"] > 0 and record["time/sync"] > 0 and record["time/train"] > 0
         assert record["stale_rows"] == 0
     assert [r["policy_version"] for r in records] == [1.0, 2.0]
-    # The rows of step 1 were sampled by the weights pushed after step 0: version 1.
+    # The rows of step 2 were sampled by the weights pushed after step 1: version 1.
     samples = read_jsonl(tmp_path / "run" / "samples.jsonl")
-    assert {s["step"] for s in samples} == {0, 1}
+    assert {s["step"] for s in samples} == {1, 2}
     # One line per episode played, ids unique within a step, what metrics.jsonl's success averages.
     episodes = read_jsonl(tmp_path / "run" / "episodes.jsonl")
-    for step, record in enumerate(records):
+    for step, record in enumerate(records, start=1):
         played = [e for e in episodes if e["step"] == step]
         assert len({e["episode_id"] for e in played}) == 8
         assert sum(e["success"] for e in played) / 8 == pytest.approx(record["success"])
@@ -134,7 +135,7 @@ def test_online_run_against_real_vllm_pushes_each_step(tmp_path: Path, tiny_mode
         train(config, device="cpu")
         assert served_weight_version(server.url) == "2"
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1]
+    assert [r["step"] for r in records] == [1, 2]
     assert all(r["episodes"] == 8 and r["errors"] == 0 and r["time/sync"] > 0 for r in records)
 
 
@@ -154,7 +155,7 @@ def test_a_run_folder_with_a_flat_config_from_before_sections_exports_and_resume
     exported = export_checkpoint(list_checkpoints(out)[-1], tmp_path / "exported")
     assert (exported / "config.json").exists()
     resumed = train(TrainConfig.from_yaml(out / "config.yaml", {"resume": True, "steps": 4}), device="cpu")
-    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [0, 1, 2, 3] and len(resumed.metrics) == 2
+    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [1, 2, 3, 4] and len(resumed.metrics) == 2
     assert "run" in yaml.safe_load((out / "config.yaml").read_text())  # saved again, in sections
 
 
