@@ -95,7 +95,8 @@ def test_a_bandit_rows_without_usable_rows_is_refused(make_row, tmp_path: Path) 
 def test_online_run_syncs_weights_into_the_builtin_server(tmp_path: Path) -> None:
     config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "out": str(tmp_path / "run"), "steps": 2,
                                     "group_size": 4, "episodes_per_step": 8, "format_warmup_episodes": 8,
-                                    "format_warmup_steps": 2})
+                                    "format_warmup_steps": 2, "filter_zero_variance": False})
+    # Without the filter every step trains, so every step pushes (a step that trains nothing does not).
     result = train(config, device="cpu")
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert len(records) == 2 and result.final_model is not None
@@ -131,7 +132,7 @@ def test_online_run_against_real_vllm_pushes_each_step(tmp_path: Path, tiny_mode
         config = TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "out": str(tmp_path / "run"), "steps": 2,
                                         "group_size": 4, "episodes_per_step": 8, "base_url": server.base_url,
                                         "engine": "vllm", "model": "tiny", "format_warmup_episodes": 8,
-                                        "format_warmup_steps": 2})
+                                        "format_warmup_steps": 2, "filter_zero_variance": False})
         train(config, device="cpu")
         assert served_weight_version(server.url) == "2"
     records = read_jsonl(tmp_path / "run" / "metrics.jsonl")
