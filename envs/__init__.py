@@ -129,6 +129,13 @@ def _register_external() -> None:
         description="A verifiers environment (-k: its load_environment arguments), scored by its rubric.",
         example="verifiers:NAME", tags=("remote", "verifiers"), extra="interop",
     )
+    # "remote": the step that ends an episode waits on the reward model (a forward pass or a request).
+    register_source(
+        "rm", "RewardModel-LLM-v0", "agentgym.rewards.model:reward_model_env", argument="env",
+        description="Any env scored by a reward model: -k reward_model=FOLDER or http://HOST:PORT "
+                    "(-k reward_model_mode=replace|add, reward_model_scale=S; other -k: the env's).",
+        example="rm:ENV_ID", tags=("remote", "reward-model"),
+    )
 
 
 register_builtin_envs()

@@ -13,7 +13,7 @@ def test_a_source_id_has_the_sources_metadata_and_its_argument() -> None:
     info = env_info("openenv:http://127.0.0.1:9")
     assert (info.id, info.family, info.source, info.extra) == ("openenv:http://127.0.0.1:9", "openenv", "openenv", "interop")
     assert info.kwargs == {"base_url": "http://127.0.0.1:9"} and "remote" in info.tags
-    assert [source.scheme for source in list_sources()] == ["openenv", "verifiers"]
+    assert [source.scheme for source in list_sources()] == ["openenv", "rm", "verifiers"]
 
 
 def test_make_fills_the_argument_from_the_id_and_refuses_it_twice() -> None:

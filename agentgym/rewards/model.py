@@ -4,8 +4,12 @@
     reward = RewardModelReward("http://127.0.0.1:8200")   # or behind `python -m agentgym.rewards.server`
     reward.score([{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}])  # -> 1.73
     env = RewardModelWrapper(agentgym.make("Math-LLM-v0"), reward)   # any env, its reward the model's
-    agentgym.register("MathRM-LLM-v0", "agentgym.rewards.model:reward_model_env", family="math", description="...",
-                      kwargs={"env": "Math-LLM-v0", "reward_model": "http://127.0.0.1:8200"})   # an id to train on
+    env = agentgym.make("rm:Math-LLM-v0", reward_model="runs/rm/final")   # the same, by id (--env rm:ID)
+
+``rm:ENV_ID`` is an env id wherever one is taken (a source of the registry, its entry point
+:func:`reward_model_env`): ``agentgym train --env rm:Math-LLM-v0 -k reward_model=runs/rm/final``;
+``-k reward_model_mode=add`` and ``-k reward_model_scale=S`` set the wrapper's mode and scale, and
+every other ``-k`` goes to the env inside.
 
 A conversation is rendered by the reward model's chat template (:func:`conversation_ids`) and
 scored by its scalar head at the last token: the same numbers as ``--trainer rm`` computed in
@@ -21,13 +25,15 @@ have been served (see :mod:`agentgym.rewards.server`).
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, Self, SupportsFloat
 
 import gymnasium as gym
 
-from agentgym.errors import ConfigError, JudgeError, MissingDependencyError
+from agentgym.errors import AgentGymError, ConfigError, JudgeError, MissingDependencyError
 
 __all__ = ["RewardModelReward", "RewardModelWrapper", "conversation_ids", "reward_model_env", "scored_conversation"]
 
@@ -55,8 +61,14 @@ class _LocalModel:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(folder)
+            model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
+        except (OSError, ValueError) as error:  # no such folder or hub id, or not a model transformers reads
+            reason = _load_failure(folder, error)
+            raise ConfigError(f"Cannot load the reward model {folder!r} ({reason}). Give the final/ folder of "
+                              "`agentgym train --trainer rm`, a hub id, or http://HOST:PORT of "
+                              "`python -m agentgym.rewards.server`.") from error
         if model.config.num_labels != 1:
             raise ConfigError(f"{folder!r} is not a reward model: its head has {model.config.num_labels} labels, "
                               "a reward model one (train one with `agentgym train --trainer rm`).")
@@ -77,6 +89,19 @@ class _LocalModel:
                 logits = self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device)).logits
                 scores += [float(x) for x in logits.squeeze(-1).float().cpu()]
         return scores
+
+
+def _load_failure(folder: str, error: Exception) -> str:
+    """Why ``folder`` did not load, in a few words: a path that is not there and cannot be a hub id
+    (``runs/rm/final``) is said so, rather than by the hub's complaint about its name."""
+    if not Path(folder).exists() and not _HUB_ID.match(folder):
+        return "there is no such folder"
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+#: a hub model's id: NAME or OWNER/NAME
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 class RewardModelReward:
@@ -211,18 +236,40 @@ class RewardModelWrapper(gym.Wrapper):
         super().close()
 
 
-def reward_model_env(env: str, reward_model: str, *, mode: Literal["replace", "add"] = "replace", scale: float = 1.0,
+def reward_model_env(env: str, reward_model: str | None = None, *,
+                     reward_model_mode: Literal["replace", "add"] = "replace", reward_model_scale: float = 1.0,
                      **env_kwargs: Any) -> RewardModelWrapper:
-    """``env`` (an id, made with ``env_kwargs``) scored by ``reward_model`` (a folder or a server's URL): an
-    entry point to register an env id with, so a trainer can play it (the module's docstring shows how).
-    The episodes of a process share one :class:`RewardModelReward` of each model (loaded once)."""
+    """``env`` (an id, made with ``env_kwargs``) scored by ``reward_model`` (a folder or a server's URL): the
+    entry point of ``rm:ENV_ID`` ids. The arguments of the wrapper are named ``reward_model_*`` so they
+    cannot take one of the env's own. The episodes of a process share one :class:`RewardModelReward`
+    of each model (loaded once)."""
     import agentgym
+    from agentgym.registry import env_argument_error
 
+    if not isinstance(reward_model, str) or not reward_model.strip():
+        raise ConfigError(f"rm:{env} needs its reward model: -k reward_model=FOLDER (the final/ of "
+                          "`agentgym train --trainer rm`) or -k reward_model=http://HOST:PORT "
+                          f"(`python -m agentgym.rewards.server`), got {reward_model!r}.")
+    if reward_model_mode not in ("replace", "add"):
+        raise ConfigError(f"reward_model_mode must be replace (the model's score is the only reward) or add "
+                          f"(it is added to the env's), got {reward_model_mode!r}.")
+    if isinstance(reward_model_scale, bool) or not isinstance(reward_model_scale, int | float):
+        raise ConfigError(f"reward_model_scale must be a number, got {reward_model_scale!r}.")
+    try:
+        inner = agentgym.make(env, **env_kwargs)
+    except AgentGymError:
+        raise  # an unknown id says what was meant; the env's own errors name the fix
+    except (TypeError, ValueError) as exc:  # an argument the env does not take, a value it cannot use
+        raise env_argument_error(env, env_kwargs, exc) from exc
     with _SHARED_LOCK:
         reward = _SHARED.get(reward_model)
         if reward is None:
-            reward = _SHARED[reward_model] = RewardModelReward(reward_model)
-    return RewardModelWrapper(agentgym.make(env, **env_kwargs), reward, mode=mode, scale=scale)
+            try:
+                reward = _SHARED[reward_model] = RewardModelReward(reward_model)
+            except BaseException:
+                inner.close()
+                raise
+    return RewardModelWrapper(inner, reward, mode=reward_model_mode, scale=reward_model_scale)
 
 
 #: the rewards of :func:`reward_model_env`, by model, for the life of the process

@@ -29,5 +29,6 @@ def test_list_shows_the_sources_of_envs_from_outside() -> None:
     result = runner.invoke(app, ["list"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "openenv:http://HOST:PORT" in result.output and "verifiers:NAME" in result.output
+    assert "rm:ENV_ID" in result.output and "reward_model=FOLDER" in result.output
     only = runner.invoke(app, ["list", "--family", "verifiers"], env={"COLUMNS": "200"})
     assert "verifiers:NAME" in only.output and "openenv:" not in only.output and "Sokoban" not in only.output

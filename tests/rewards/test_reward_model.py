@@ -23,23 +23,6 @@ CONVERSATIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def reward_folder(tiny_model: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with a fixed score head (weights 0.01 * (i mod 7 - 3)): a reward model folder."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=1,
-                                                               pad_token_id=tokenizer.pad_token_id)
-    with torch.no_grad():
-        hidden = model.score.weight.shape[1]
-        model.score.weight.copy_(0.01 * (torch.arange(hidden) % 7 - 3).float().unsqueeze(0))
-    folder = tmp_path_factory.mktemp("reward-model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _by_hand(folder: Path, messages: list[dict[str, str]]) -> float:
     """transformers' own score of one conversation, no padding."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -49,11 +32,6 @@ def _by_hand(folder: Path, messages: list[dict[str, str]]) -> float:
     ids = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False)
     with torch.no_grad():
         return float(model(input_ids=torch.tensor([list(ids)])).logits[0, 0])
-
-
-@pytest.fixture(scope="module")
-def in_process(reward_folder: Path) -> RewardModelReward:
-    return RewardModelReward(str(reward_folder), device="cpu", batch_size=2)
 
 
 def test_in_process_scores_are_the_model_s_own(in_process: RewardModelReward, reward_folder: Path) -> None:
