@@ -44,7 +44,8 @@ def list_models_command() -> None:
     if not cached:
         console.print(f"Nothing cached in {escape(str(root))} yet: a name is built on first use.")
         return
-    folders = Table(title=f"cached in {escape(str(root))}")
+    console.print(f"Model folders cached in {escape(str(root))}:")  # a long path would wrap as a title
+    folders = Table()
     folders.add_column("folder", overflow="fold")
     folders.add_column("size", justify="right")
     for name, size in sorted(cached.items()):
