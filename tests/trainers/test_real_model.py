@@ -62,9 +62,11 @@ def random_rows(renderer: ChatRenderer) -> list[TrajectoryRow]:
 
 
 def _config(real_model: str, tmp_path: Path, trainer: str, backend: str, **settings: Any) -> TrainConfig:
+    # sft and offline distill read no groups: the settings refuse a group_size they would ignore
+    groups = {} if trainer in ("sft", "distill") else {"group_size": 4, "episodes_per_step": 8}
     return TrainConfig.from_dict({"trainer": trainer, "backend": backend, "model": real_model,
-                                  "trajectories": str(tmp_path / "unused.parquet"), "group_size": 4,
-                                  "episodes_per_step": 8, "lr": 1e-5, "out": str(tmp_path / "run"), **settings})
+                                  "trajectories": str(tmp_path / "unused.parquet"), **groups,
+                                  "lr": 1e-5, "out": str(tmp_path / "run"), **settings})
 
 
 @pytest.fixture(scope="module")
