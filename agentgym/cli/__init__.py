@@ -1,5 +1,5 @@
-"""The ``agentgym`` command: ``list``, ``play``, ``rollout``, ``view``, ``serve``, ``sandbox``,
-``train``, ``report``, ``export``, ``eval``.
+"""The ``agentgym`` command: ``list``, ``list-models``, ``play``, ``rollout``, ``view``, ``serve``,
+``sandbox``, ``train``, ``report``, ``export``, ``eval``, ``env``.
 
 Each command lives in its own module; this one only assembles the app.
 """
@@ -16,6 +16,7 @@ from agentgym.cli import (
     envs_cmd,
     eval_cmd,
     export_cmd,
+    models_cmd,
     rollout_cmd,
     sandbox_cmd,
     serve_cmd,
@@ -53,6 +54,7 @@ def _options(
 
 
 app.command("list")(envs_cmd.list_command)
+app.command("list-models")(models_cmd.list_models_command)
 app.command("play")(envs_cmd.play_command)
 app.command("rollout")(rollout_cmd.rollout_command)
 app.command("view")(view_cmd.view_command)

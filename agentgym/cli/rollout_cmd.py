@@ -63,7 +63,7 @@ def rollout_command(
     max_turns: MaxTurnsOption = None,
     turn_budget: TurnBudgetOption = None,
     env_kwarg: PlayEnvKwargOption = [],  # noqa: B006
-    model: Annotated[str, typer.Option(metavar="MODEL", help="'tiny', a local folder or a hub id.", rich_help_panel=MODEL_PANEL)] = "tiny",
+    model: Annotated[str, typer.Option(metavar="MODEL", help="A name from agentgym list-models (tiny, smollm2-135m), a folder or a hub id.", rich_help_panel=MODEL_PANEL)] = "tiny",
     base_url: Annotated[list[str] | None, typer.Option(metavar="URL", help="OpenAI-compatible server(s), e.g. http://host:8000/v1.", rich_help_panel=MODEL_PANEL)] = None,
     api_key: Annotated[str, typer.Option(metavar="KEY", help="API key for --base-url.", rich_help_panel=MODEL_PANEL)] = "EMPTY",
     temperature: Annotated[float, typer.Option(metavar="T", help="Sampling temperature.", rich_help_panel=MODEL_PANEL)] = 1.0,

@@ -24,7 +24,7 @@ NETWORK_PANEL, BUILTIN_PANEL = "Where it listens", "The built-in engine"
 
 def serve_command(
     model: Annotated[str, typer.Option(
-        metavar="MODEL", help="A local Hugging Face folder, a hub id, or tiny.", rich_help_panel=MODEL_PANEL)],
+        metavar="MODEL", help="A folder, a hub id, or a name from agentgym list-models (tiny, smollm2-135m).", rich_help_panel=MODEL_PANEL)],
     served_model_name: Annotated[str | None, typer.Option(
         metavar="NAME", help="Model name clients send (default: --model as given).", rich_help_panel=MODEL_PANEL)] = None,
     engine: Annotated[EngineName, typer.Option(

@@ -1,6 +1,6 @@
 """A tiny causal LM built locally: no model hub, no downloads.
 
-``resolve_model("tiny")`` returns a folder holding a randomly initialised
+``resolve_model("tiny")`` (:mod:`agentgym.models.resolve`) returns a folder holding a randomly initialised
 Llama-config model and a byte-level BPE tokenizer trained here (with
 ``tokenizers``) on text the built-in games produce, with a ChatML chat
 template; a game grid is one token per cell. It is built once into the cache (``$AGENTGYM_CACHE`` or
@@ -10,7 +10,6 @@ vLLM's CPU attention rejects a head_dim of 16.
 
 Why Llama: transformers 5.x reloads a folder whose config says ``qwen2`` with
 Qwen's own tokenizer class, which changes the token ids.
-Any other name is returned as it is: a local folder or a hub id for real users.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ __all__ = [
     "build_tiny_model",
     "cache_root",
     "CHAT_TEMPLATE",
-    "check_model_name",
-    "resolve_model",
     "SPECIAL_TOKENS",
     "tiny_spec",
     "TinySpec",
@@ -87,37 +84,6 @@ def tiny_spec(name: str) -> TinySpec | None:
 def cache_root() -> Path:
     """agentgym's cache folder: ``$AGENTGYM_CACHE``, or ``~/.cache/agentgym`` when unset or empty."""
     return Path(os.environ.get("AGENTGYM_CACHE") or Path.home() / ".cache" / "agentgym")
-
-
-def resolve_model(name: str, *, option: str = "--model") -> str:
-    """A folder for a ``tiny`` name (built on first use); a model folder or a hub id unchanged.
-
-    A name written as a path (``/x``, ``./x``, ``~/x``, ``a/b/c``) that does not exist is a
-    :class:`ConfigError` here, not a transformers traceback later; its message names ``option``,
-    the flag or setting the name came from.
-    """
-    spec = tiny_spec(name)
-    if spec is None:
-        check_model_name(name, option=option)
-        return name
-    folder = cache_root() / "models" / spec.folder_name
-    if not (folder / "config.json").exists():
-        build_tiny_model(folder, spec)
-    return str(folder)
-
-
-def check_model_name(name: str, *, option: str = "--model") -> None:
-    """The :class:`ConfigError` :func:`resolve_model` would raise for ``name``, without building or
-    loading anything: a bad ``tiny-HxL`` size, or a path that does not exist (``option`` named)."""
-    if tiny_spec(name) is not None:
-        return
-    path = Path(name).expanduser()
-    first = name.split("/", 1)[0]
-    looks_local = (name.startswith(("/", ".", "~")) or name.count("/") > 1
-                   or ("/" in name and Path(first).is_dir()))  # runs/x: a run folder here, not a hub org
-    if looks_local and not path.exists():
-        raise ConfigError(f"{option} {name!r} does not exist. Give a folder a run saved (e.g. runs/x/final), "
-                          "'tiny' (built locally), or a Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct.")
 
 
 def build_tiny_model(folder: Path, spec: TinySpec = TinySpec()) -> Path:

