@@ -80,7 +80,9 @@ def real_vllm(tiny_model: str) -> Iterator[Any]:
     python = vllm_python()
     if python is None:
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
-    with VLLMServer(tiny_model, python=python, served_model_name="tiny", max_model_len=2048) as server:
+    # 600 s: a loaded machine takes minutes to start it, and every test of the session waits on this one.
+    with VLLMServer(tiny_model, python=python, served_model_name="tiny", max_model_len=2048,
+                    startup_timeout=600) as server:
         assert server.process is not None
         group = server.process.pid
         yield server

@@ -277,7 +277,7 @@ def test_reload_against_no_server_is_a_weight_sync_error(tmp_path: Path) -> None
 
 def test_public_names() -> None:
     assert set(vllm_mod.__all__) == {
-        "ENV_VAR", "INSTALL_HINT", "VLLMServer", "reload_weights", "serve_vllm",
+        "ENV_VAR", "INSTALL_HINT", "VLLMServer", "reload_weights", "request_json", "serve_vllm",
         "vllm_command", "vllm_env", "vllm_python",
     }
     assert all(hasattr(vllm_mod, name) for name in vllm_mod.__all__)

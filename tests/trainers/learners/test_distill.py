@@ -283,7 +283,10 @@ def test_on_policy_distillation_brings_the_student_to_the_teacher(tmp_path: Path
     result = train(_config(tmp_path, teacher=teacher_model, distill_loss=loss, lr=2e-2, **_ONLINE))
     _falls(result.metrics, "reverse_kl")
     first, last = result.metrics[0], result.metrics[-1]
-    assert last["teacher_logprob"] > first["teacher_logprob"]  # the student writes what the teacher would
+    # The student's own samples moved to the teacher's distribution (9.6 -> 3.2 nats here). Not the
+    # teacher's logprob of them: against a random teacher the student first spreads its mass, which
+    # cuts the reverse KL while E_student[log teacher] stays near -9.7 for these 8 steps.
+    assert last["reverse_kl"] < first["reverse_kl"] / 2
     assert "reward" in last and "success" in last  # the episodes' stats, as GRPO logs them
 
 
