@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bench_serve import console
+from bench_serve import console, server_cpu_seconds
 
 from agentgym.models import resolve_model
 from agentgym.rollout.chat import ChatRenderer
@@ -58,23 +58,6 @@ class Run:
         cpu = "n/a" if self.server_cpu is None else f"{self.server_cpu / self.sampled * 1000:.1f}"
         return (f"| {self.env} | {self.server} | {self.episodes} | {self.turns} | {self.prompt_tokens:.0f} | "
                 f"{self.sampled} | {self.seconds:.1f} | {self.sampled / self.seconds:.1f} | {cpu} |")
-
-
-def server_cpu_seconds(pid: int) -> float | None:
-    """CPU seconds (user + system) of process ``pid`` and its descendants so far; None without psutil."""
-    try:
-        import psutil
-    except ImportError:
-        return None
-    total = 0.0
-    root = psutil.Process(pid)
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 async def _play(base_url: str, api_key: str, renderer: ChatRenderer, env: str, args: argparse.Namespace,
