@@ -27,7 +27,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import openai
 from rich.console import Console
@@ -48,6 +48,11 @@ class Level:
     requests: int
     tokens: int
     seconds: float
+    server_cpu: float | None = None  # CPU seconds of the server's processes over the level
+
+    @property
+    def cpu_ms_per_token(self) -> str:
+        return "n/a" if self.server_cpu is None else f"{self.server_cpu / self.tokens * 1000:.1f}"
 
     @property
     def tokens_per_s(self) -> float:
@@ -77,22 +82,46 @@ async def _measure(base_url: str, model: str, concurrency: int, seconds: float, 
         return Level(concurrency, len(done), sum(done), time.perf_counter() - start)
 
 
+def server_cpu_seconds(pid: int | None) -> float | None:
+    """CPU seconds (user + system) of process ``pid`` and its descendants so far (vLLM runs its
+    engine in a child); None without a pid or without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    if pid is None:
+        return None
+    total = 0.0
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _run_levels(name: str, base_url: str, model: str, seconds: float, max_tokens: int,
-                warmup: float, api_key: str = "EMPTY") -> list[Level]:
+                warmup: float, api_key: str = "EMPTY", pid: int | None = None) -> list[Level]:
     if warmup > 0:  # first batches of each size are slow (vLLM compiles them, torch warms up)
         asyncio.run(_measure(base_url, model, LEVELS[-1], warmup, max_tokens, api_key))
     levels = []
     for concurrency in LEVELS:
+        cpu = server_cpu_seconds(pid)
         level = asyncio.run(_measure(base_url, model, concurrency, seconds, max_tokens, api_key))
-        console.print(f"{name:>8} at {concurrency:>2}: {level.tokens_per_s:8.0f} tokens/s "
-                      f"({level.requests} answers in {level.seconds:.1f} s)")
+        after = server_cpu_seconds(pid)
+        if cpu is not None and after is not None:
+            level = replace(level, server_cpu=after - cpu)
+        console.print(f"{name:>8} at {concurrency:>2}: {level.tokens_per_s:8.0f} tokens/s, server CPU "
+                      f"{level.cpu_ms_per_token} ms/token ({level.requests} answers in {level.seconds:.1f} s)")
         levels.append(level)
     return levels
 
 
 @contextlib.contextmanager
-def _vllm(model_dir: str, max_model_len: int) -> Iterator[str | None]:
-    """vLLM's base URL, or None (with the reason printed) when it is not installed."""
+def _vllm(model_dir: str, max_model_len: int) -> Iterator[tuple[str, int] | None]:
+    """vLLM's base URL and process id, or None (with the reason printed) when it is not installed."""
     from agentgym.serve import vllm
 
     if vllm.vllm_python() is None:
@@ -101,7 +130,8 @@ def _vllm(model_dir: str, max_model_len: int) -> Iterator[str | None]:
         return
     with vllm.VLLMServer(model_dir, port=free_port(), served_model_name="bench",
                          max_model_len=max_model_len) as server:
-        yield server.base_url
+        assert server.process is not None
+        yield server.base_url, server.process.pid
 
 
 def main() -> None:
@@ -111,18 +141,22 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128, help="completion tokens per request")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds at the top level, unmeasured")
     parser.add_argument("--no-vllm", action="store_true", help="measure the built-in server only")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads of the built-in server (default: its own, all cores but one)")
     args = parser.parse_args()
     model_dir = resolve_model(args.model)
     max_model_len = 512
     results: dict[str, list[Level]] = {}
-    with BuiltinServer(model_dir, served_model_name="bench", max_model_len=max_model_len) as server:
+    with BuiltinServer(model_dir, served_model_name="bench", max_model_len=max_model_len,
+                       torch_threads=args.threads) as server:
+        assert server.process is not None
         results["built-in"] = _run_levels("built-in", server.base_url, "bench", args.seconds,
-                                          args.max_tokens, args.warmup, server.api_key)
+                                          args.max_tokens, args.warmup, server.api_key, server.process.pid)
     if not args.no_vllm:
-        with _vllm(model_dir, max_model_len) as base_url:
-            if base_url is not None:
-                results["vLLM"] = _run_levels("vLLM", base_url, "bench", args.seconds,
-                                              args.max_tokens, args.warmup)
+        with _vllm(model_dir, max_model_len) as found:
+            if found is not None:
+                results["vLLM"] = _run_levels("vLLM", found[0], "bench", args.seconds,
+                                              args.max_tokens, args.warmup, pid=found[1])
     _report(results)
 
 
@@ -132,9 +166,11 @@ def _report(results: dict[str, list[Level]]) -> None:
     for concurrency in LEVELS:
         table.add_column(str(concurrency), justify="right")
     table.add_column("32 vs 1", justify="right")
+    table.add_column("server CPU ms/token at 1 / 8 / 32", justify="right")
     for name, levels in results.items():
         rates = [level.tokens_per_s for level in levels]
-        table.add_row(name, *(f"{rate:,.0f}" for rate in rates), f"{rates[-1] / rates[0]:.1f}x")
+        table.add_row(name, *(f"{rate:,.0f}" for rate in rates), f"{rates[-1] / rates[0]:.1f}x",
+                      " / ".join(level.cpu_ms_per_token for level in levels))
     console.print(table)
     console.print(f"load average when done: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
                   f"on {os.cpu_count()} cores (other work on the machine lowers every number)")

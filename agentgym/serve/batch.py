@@ -219,7 +219,8 @@ class DecodeBatch:
         self.last[start:] = torch.tensor(tokens, dtype=torch.long, device=self.device)
 
     def remove(self, gone: set[int]) -> None:
-        """Drop the rows at positions ``gone`` and the columns no remaining row uses.
+        """Drop the rows at positions ``gone`` and the columns no remaining row uses (the rows
+        left may change places: ``self.rows`` says which is where).
 
         The KV of rows that finished (not cancelled ones) goes to the prefix cache.
         """
@@ -228,7 +229,11 @@ class DecodeBatch:
         if not keep or self.cache is None or self.mask is None:
             self.clear()
             return
-        self.cache, self.mask = kv.keep_rows(self.cache, self.mask, keep, trim=self.reshapable)
+        moved = kv.drop_rows(self.cache, self.mask, gone) if self.reshapable else None
+        if moved is not None:  # in place; the last rows took the places of those gone
+            self.mask, keep = moved
+        else:
+            self.cache, self.mask = kv.keep_rows(self.cache, self.mask, keep, trim=self.reshapable)
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.rows = [self.rows[row] for row in keep]
         self.lengths, self.last = self.lengths[index], self.last[index]

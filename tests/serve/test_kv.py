@@ -68,3 +68,39 @@ def test_leaving_rows_keeps_the_others_and_cuts_the_columns_none_of_them_uses() 
     cache, untrimmed = kv.keep_rows(kv.wrap([(keys, values)], 8), mask, [0], trim=False)
     assert untrimmed.shape == (1, 8)
     torch.testing.assert_close(kv.layers(cache)[0][0], keys[[0]])
+
+
+def test_leaving_rows_in_place_moves_the_last_rows_into_their_places() -> None:
+    keys, values = _kv(4, 8, seed=0)
+    mask = torch.ones(4, 8, dtype=torch.long)
+    mask[1, :3] = 0  # row 1: 5 tokens; rows 0 and 2 (the longest) leave
+    mask[3, :2] = 0  # row 3: 6 tokens
+    cache = kv.wrap([(keys, values)], 8)
+    moved = kv.drop_rows(cache, mask, {0, 2})
+    assert moved is not None
+    kept_mask, order = moved
+    assert order == [3, 1]  # row 3 took row 0's place; row 1 stayed
+    assert kept_mask.tolist() == [[1] * 6, [0, 1, 1, 1, 1, 1]]  # the 2 columns neither uses are cut
+    ((kept_keys, kept_values),) = kv.layers(cache)
+    expected_keys, expected_values = _kv(4, 8, seed=0)
+    torch.testing.assert_close(kept_keys, expected_keys[[3, 1], :, 2:])
+    torch.testing.assert_close(kept_values, expected_values[[3, 1], :, 2:])
+    step_keys, step_values = _kv(2, 1, seed=5)
+    got_keys, _ = cache.layers[0].update(step_keys, step_values)  # a decode step writes the kept rows only
+    torch.testing.assert_close(got_keys, torch.cat([expected_keys[[3, 1], :, 2:], step_keys], dim=-2))
+
+
+def test_rows_join_in_place_when_the_buffers_have_room() -> None:
+    old_keys, old_values = _kv(2, 6, seed=0)
+    running, mask = kv.join(kv.wrap([(old_keys, old_values)], 6), torch.ones(2, 6, dtype=torch.long),
+                            kv.wrap([_kv(1, 6, seed=1)], 6), torch.ones(1, 6, dtype=torch.long))
+    assert running.layers[0].spare_rows == 4  # a join leaves room for at least 4 more rows
+    new_keys, new_values = _kv(1, 4, seed=2)
+    cache, mask = kv.join(running, mask, kv.wrap([(new_keys, new_values)], 4), torch.ones(1, 4, dtype=torch.long))
+    assert cache is running and mask.tolist()[3] == [0, 0, 1, 1, 1, 1]
+    ((keys, values),) = kv.layers(cache)
+    assert keys.shape == (4, 2, 6, 4)
+    torch.testing.assert_close(keys[:2], old_keys)
+    torch.testing.assert_close(keys[3, :, 2:], new_keys[0])
+    torch.testing.assert_close(values[3, :, 2:], new_values[0])
+    assert keys[3, :, :2].abs().sum() == 0 and values[3, :, :2].abs().sum() == 0
