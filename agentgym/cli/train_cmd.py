@@ -100,6 +100,7 @@ def train_command(
     dpo: from pairs of episodes of a group, or from a pairs file.
     sft: from the successful episodes of rollout files.
     distill: from a teacher's token distributions.
+    rm: a reward model (a score head) from dpo's pairs.
     """
     if settings:
         _print_settings()

@@ -18,7 +18,8 @@ class ModelSettings(Section):
     """The model trained: where it comes from, its precision, LoRA, frozen parameters."""
 
     model: str = "tiny"
-    """Model: 'tiny' (built locally), a local folder or a hub id."""
+    """Model: 'tiny' (built locally), another name agentgym list-models shows (smollm2-135m), a
+    local folder or a hub id."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute precision: float32, or bfloat16 (bf16 matrix products over float32 master weights and
     optimiser state: FSDP2's mixed-precision policy under torchrun, autocast otherwise)."""
