@@ -53,7 +53,7 @@ def slack(columns: int) -> int:
     return max(_MIN_SLACK, columns // 4)
 
 
-def row_slack(rows: int) -> int:
+def _row_slack(rows: int) -> int:
     """Spare rows for a buffer holding ``rows``: a quarter more, at least 4 (rows join one by one)."""
     return max(4, rows // 4)
 
@@ -212,7 +212,7 @@ def join(running: DynamicCache | None, running_mask: torch.Tensor | None,
         for layer, (new_k, new_v) in zip(slack_layers, layers(new), strict=True):
             layer.append_rows(new_k, new_v)
         return running, torch.cat([running_mask, _pad_mask(new_mask, width)], dim=0)
-    spare = row_slack(top + new_mask.shape[0])
+    spare = _row_slack(top + new_mask.shape[0])
     buffers: Layers = []
     for (old_k, old_v), (new_k, new_v) in zip(layers(running), layers(new), strict=True):
         pair = []
