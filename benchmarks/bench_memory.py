@@ -43,6 +43,10 @@ TRAINERS = {
 }
 
 
+#: trainers that read rows, not groups (they refuse the group settings): they take every row
+_NO_GROUPS = frozenset({"sft", "distill"})
+
+
 def write_rows(path: Path, env: str, episodes: int, model: str) -> None:
     """``episodes`` of the env's random well-formed policy, tokenized with ``model``'s chat template,
     in groups of 4 with rewards that differ (so every trainer has something to learn)."""
@@ -72,8 +76,9 @@ print(max(len(r.prompt_ids) + len(r.completion_ids) for r in rows), sum(len(r.pr
 def one_step(label: str, flags: list[str], rows: Path, model: str, extra: list[str], out: Path) -> dict[str, object]:
     """One offline step of a trainer in a fresh process: its peak RSS and seconds."""
     command = [sys.executable, "-m", "agentgym", "train", *[f.format(model=model) for f in flags],
-               "--trajectories", str(rows), "--model", model, "--steps", "1", "--group-size", "4",
-               "--episodes-per-step", "8", "--out", str(out / label), *extra]
+               "--trajectories", str(rows), "--model", model, "--steps", "1",
+               *([] if label in _NO_GROUPS else ["--group-size", "4", "--episodes-per-step", "8"]),
+               "--out", str(out / label), *extra]
     code = ("import resource, subprocess, sys, time, json\n"
             "start = time.perf_counter()\n"
             f"done = subprocess.run({command!r}, capture_output=True, text=True)\n"
