@@ -6,10 +6,12 @@ Plain ASGI, no web framework imported: each service adds it to its own app.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["CatchAll", "ErrorAnswer"]
+__all__ = ["CatchAll", "ErrorAnswer", "ServerThread"]
 
 #: what answers a request that failed: an ASGI app built from the error's message
 ErrorAnswer = Callable[[str], Any]
@@ -49,3 +51,48 @@ class CatchAll:
             if started:
                 raise
             await self.answer(f"internal error: {type(exc).__name__}: {exc}")(scope, receive, send)
+
+
+class ServerThread:
+    """A uvicorn server in a daemon thread of this process; a context manager.
+
+    The in-process form of the project's services (tests, benchmarks, notebooks): ``start()``
+    returns once the port accepts connections, ``stop()`` is safe to call twice. ``what`` names the
+    service in the error a failed start raises.
+    """
+
+    def __init__(self, config: Any, *, name: str, what: str, url: str) -> None:
+        import uvicorn
+
+        self.url = url
+        self._server = uvicorn.Server(config)
+        self._name, self._what = name, what
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 30.0) -> Self:
+        """Start serving; return once the port accepts connections."""
+        from agentgym.errors import ServerStartError
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._server.run, name=self._name, daemon=True)
+            self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ServerStartError(f"{self._what} on {self.url} did not start.")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the thread. Safe to call twice."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._server.should_exit = True
+            thread.join(15)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

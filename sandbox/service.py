@@ -39,17 +39,15 @@ import functools
 import hmac
 import logging
 import signal
-import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from agentgym.asgi import CatchAll
+from agentgym.asgi import CatchAll, ServerThread
 from agentgym.core import check_number
-from agentgym.errors import ConfigError, MissingDependencyError, SandboxError, ServerStartError
+from agentgym.errors import ConfigError, MissingDependencyError, SandboxError
 from agentgym.sandbox.base import LANGUAGES, Sandbox
 from agentgym.sandbox.protocol import valid_text
 
@@ -366,7 +364,7 @@ def _ignore(signum: int, frame: object) -> None:
     """A signal handler that does nothing (see :func:`serve_sandbox`)."""
 
 
-class ServiceThread:
+class ServiceThread(ServerThread):
     """The service in a thread of this process, on a loopback port; a context manager.
 
     For tests, benchmarks and notebooks; ``agentgym sandbox serve`` is the
@@ -385,37 +383,15 @@ class ServiceThread:
         from agentgym.serve.launch import free_port
 
         self.port = port or free_port(host)
-        self.url = f"http://{host}:{self.port}"
         self._app = create_app(sandbox, token=token, pool_size=pool_size)
         config = uvicorn.Config(self._app, host=host, port=self.port, log_level="warning",
                                 access_log=False, lifespan="off", timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
-
-    def start(self, timeout: float = 30.0) -> Self:
-        """Start serving; return once the port accepts requests."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._server.run, name="agentgym-sandbox-service",
-                                            daemon=True)
-            self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(f"The sandbox service on {self.url} did not start.")
-            time.sleep(0.02)
-        return self
+        super().__init__(config, name="agentgym-sandbox-service", what="The sandbox service",
+                         url=f"http://{host}:{self.port}")
 
     def stop(self) -> None:
-        """Stop serving and wait for the server thread. Safe to call twice."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._server.should_exit = True
-            thread.join(15)
+        """Stop serving and wait for the server thread; then shut the app's pool. Safe to call twice."""
+        running = self._thread is not None
+        super().stop()
+        if running:
             _shutdown(self._app)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

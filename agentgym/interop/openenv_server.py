@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import signal
-import threading
-import time
-from typing import Any, Self
+from typing import Any
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
@@ -42,7 +40,8 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from pydantic import Field
 
 import agentgym
-from agentgym.errors import AgentGymError, ServerStartError
+from agentgym.asgi import ServerThread
+from agentgym.errors import AgentGymError
 from agentgym.interop.textwire import jsonable
 from agentgym.registry import env_argument_error, env_info
 
@@ -221,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"error: {env_argument_error(args.env_id, kwargs, exc)}\n")
 
 
-class OpenEnvServerThread:
+class OpenEnvServerThread(ServerThread):
     """The OpenEnv server for ``env_id`` in a thread of this process, on a loopback port.
 
     For tests, benchmarks and notebooks (``agentgym env serve`` runs one for real)::
@@ -238,39 +237,13 @@ class OpenEnvServerThread:
         from agentgym.serve.launch import free_port
 
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         app = create_openenv_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout=idle_timeout)
         # lifespan on: OpenEnv starts its idle-session reaper on startup.
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 access_log=False, lifespan="on", timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
+        super().__init__(config, name="agentgym-openenv", what="The OpenEnv server",
+                         url=f"http://127.0.0.1:{self.port}")
 
-    def start(self, timeout: float = 30.0) -> Self:
-        """Start serving; return once the port accepts connections."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._server.run, name="agentgym-openenv", daemon=True)
-            self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(f"The OpenEnv server on {self.url} did not start.")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the thread. Safe to call twice."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._server.should_exit = True
-            thread.join(15)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 class AgentGymEnvClient(EnvClient[AgentGymAction, AgentGymObservation, AgentGymState]):

@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import hmac
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentgym.errors import ConfigError, MissingDependencyError, ServerStartError
+from agentgym.asgi import ServerThread
+from agentgym.errors import ConfigError, MissingDependencyError
 from agentgym.net import is_loopback
 from agentgym.rewards.model import RewardModelReward
 
@@ -92,7 +91,7 @@ def create_app(reward: RewardModelReward, *, api_key: str | None = None) -> Any:
     return app
 
 
-class RewardModelServer:
+class RewardModelServer(ServerThread):
     """The server in a thread of this process, on a loopback port; a context manager (tests, notebooks).
 
         with RewardModelServer(RewardModelReward("runs/rm/final")) as server:
@@ -107,37 +106,11 @@ class RewardModelServer:
         from agentgym.serve.launch import free_port
 
         self.port = port or free_port(host)
-        self.url = f"http://{host}:{self.port}"
         config = uvicorn.Config(create_app(reward, api_key=api_key), host=host, port=self.port, log_level="warning",
                                 access_log=False, lifespan="off", timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
+        super().__init__(config, name="agentgym-reward-model", what="The reward model server",
+                         url=f"http://{host}:{self.port}")
 
-    def start(self, timeout: float = 30.0) -> Self:
-        """Start serving; return once the port accepts requests."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._server.run, name="agentgym-reward-model", daemon=True)
-            self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise ServerStartError(f"The reward model server on {self.url} did not start.")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and wait for the thread. Safe to call twice."""
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            self._server.should_exit = True
-            thread.join(15)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
