@@ -198,8 +198,8 @@ class RewardModelWrapper(gym.Wrapper):
     env), scores it up to the last action. ``mode="replace"``: that step's reward is ``scale`` times
     the score and every other step's is 0; ``"add"``: the env's rewards are kept and the scaled score
     is added at the end. ``info["reward_model_score"]`` holds the score; the env's own ``success``
-    is left as it is. An episode the trainer cuts short (its turn budget, the context limit) never
-    ends in the env, so it gets no score.
+    is left as it is. An episode the rollout manager cuts short (its turn budget, the context limit)
+    never ends in the env: the manager calls :meth:`cut_short`, which scores it then.
     """
 
     def __init__(self, env: gym.Env, reward: RewardModelReward | str, *,
@@ -229,6 +229,12 @@ class RewardModelWrapper(gym.Wrapper):
             self.messages.append({"role": "user", "content": str(observation)})
             reward = float(reward) if self.mode == "add" else 0.0
         return observation, reward, terminated, truncated, info
+
+    def cut_short(self) -> float:
+        """The episode was stopped by the rollout manager (its turn budget, the context limit), so
+        ``step`` never saw it end: its score now, scaled, the reward to add to its last turn."""
+        score = self.reward.score(scored_conversation(self.messages))
+        return self.scale * score
 
     def close(self) -> None:
         if self._owns_reward:

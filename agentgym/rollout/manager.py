@@ -322,7 +322,7 @@ class EnvManager:
             while True:
                 generation = await self._generate(episode, env)
                 if generation is None:
-                    return
+                    break
                 self._record_generation(episode, generation)
                 observation, reward, terminated, truncated, info = await self._env_call(
                     stepper, "step", env.step, generation.text)
@@ -336,11 +336,24 @@ class EnvManager:
                     return
                 if len(episode.turn_rewards) == self.config.turn_budget:
                     episode.truncated, episode.stop_reason = True, "turn_budget"
-                    return
+                    break
                 if self.renderer is not None and not self._add_reply(episode, observation):
-                    return
+                    break
+            await self._cut_short(episode, env, stepper)
         finally:
             env.close()
+
+    async def _cut_short(self, episode: _Episode, env: Any, stepper: Offload) -> None:
+        """Tell an env that pays only when an episode ends (a reward model's, ``rm:ENV_ID``) that this
+        one was stopped here (turn budget, context limit), where the env never sees it end: its
+        ``cut_short()``, if it has one, returns the reward to add to the last turn."""
+        if not episode.turn_rewards:
+            return
+        try:
+            cut_short = env.get_wrapper_attr("cut_short")
+        except AttributeError:
+            return
+        episode.turn_rewards[-1] += float(await self._env_call(stepper, "cut_short", cut_short))
 
     async def _env_call(self, offload: Offload, what: str, function: Callable[..., Any], *args: Any,
                         abandoned: Callable[[Any], None] | None = None) -> Any:

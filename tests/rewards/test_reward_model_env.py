@@ -98,3 +98,21 @@ def test_a_bad_id_says_what_was_meant() -> None:
         agentgym.make("rm:", reward_model="http://127.0.0.1:1")
     with pytest.raises(ConfigError, match="sets env already"):
         agentgym.make("rm:Bandit-LLM-v0", env="Sokoban-LLM-v0", reward_model="http://127.0.0.1:1")
+
+
+def test_an_episode_the_turn_budget_cuts_short_is_scored_where_it_was_cut(
+        reward_folder: Path, in_process: RewardModelReward, tmp_path: Path) -> None:
+    """Sokoban never ends in two random turns, so only the rollout manager's turn budget stops it;
+    the score of its conversation up to its second action is its whole reward (replace mode)."""
+    out = tmp_path / "rows.parquet"
+    result = runner.invoke(app, ["rollout", "--env", "rm:Sokoban-LLM-v0", "-k", f"reward_model={reward_folder}",
+                                 "--policy", "random", "--episodes", "3", "--turn-budget", "2", "--out", str(out)],
+                           terminal_width=200)
+    assert result.exit_code == 0, result.output
+    rows = read_rows(out)
+    assert [row.stop_reason for row in rows] == ["turn_budget"] * 3
+    assert all(sum(m.role == "assistant" for m in row.messages) == 2 for row in rows)
+    conversations = [scored_conversation([m.model_dump() for m in row.messages]) for row in rows]
+    scores = in_process.score_many(conversations)
+    assert [row.reward for row in rows] == pytest.approx(scores, abs=1e-5)
+    assert all(score != 0 for score in scores)  # a cut episode is no longer paid 0
