@@ -290,12 +290,28 @@ class Engine(abc.ABC):
         """The module being trained (its state dict, its config)."""
 
     @abc.abstractmethod
+    def forward(self, model: torch.nn.Module, batch: MicroBatch, **options: Any) -> Any:
+        """``model``'s output on the batch (transformers' keyword ``options``), in the engine's precision."""
+
     def kept_logits(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
         """[R * K, V] logits, in the model's precision, at the batch's kept positions (``batch.keep``)."""
+        logits = self.forward(model, batch, logits_to_keep=batch.keep.to(self.input_device)).logits
+        return logits.reshape(-1, logits.shape[-1])
 
-    @abc.abstractmethod
     def kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
         """[R * K, H] float last hidden states (after the final norm) at the batch's kept positions."""
+        output = self.forward(model, batch, logits_to_keep=1, output_hidden_states=True)
+        return self._kept(output.hidden_states[-1], batch)
+
+    def kept_logits_and_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`kept_logits` and :meth:`kept_hidden` from one forward pass."""
+        keep = batch.keep.to(self.input_device)
+        output = self.forward(model, batch, logits_to_keep=keep, output_hidden_states=True)
+        return output.logits.reshape(-1, output.logits.shape[-1]), self._kept(output.hidden_states[-1], batch)
+
+    def _kept(self, hidden: torch.Tensor, batch: MicroBatch) -> torch.Tensor:
+        kept = hidden[:, batch.keep.to(self.input_device)].float()
+        return kept.reshape(-1, kept.shape[-1])
 
     def _chosen(self, reference: bool) -> torch.nn.Module:
         model = self.reference if reference else self.policy()
@@ -311,13 +327,25 @@ class Engine(abc.ABC):
 
         ``reference``: of the reference (the weights :meth:`keep_reference` kept), no gradient.
         """
-        temperature = self.config.rollout.temperature if temperature is None else temperature
         model = self._chosen(reference)
-        device = self.dist.device
         with torch.no_grad() if reference else contextlib.nullcontext():
-            logits = self.kept_logits(model, batch)
-            flat, entropy = chunked_logprobs(logits, batch.kept_targets.to(device), temperature=temperature,
-                                             with_entropy=with_entropy, **self.logprob_functions())
+            return self._completion_logprobs(self.kept_logits(model, batch), batch, with_entropy, temperature)
+
+    def logprobs_and_hidden(self, batch: MicroBatch, *, with_entropy: bool = False
+                            ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The policy's :meth:`logprobs`, and its [R * K, H] last hidden states at the kept positions,
+        from one forward pass: a value head on the policy reads them, so the trunk runs (and keeps its
+        activations for the backward) once rather than twice."""
+        logits, hidden = self.kept_logits_and_hidden(self.policy(), batch)
+        return (*self._completion_logprobs(logits, batch, with_entropy, None), hidden)
+
+    def _completion_logprobs(self, logits: torch.Tensor, batch: MicroBatch, with_entropy: bool,
+                             temperature: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[S, T] logprobs (and entropies) of the completion tokens, from the kept positions' logits."""
+        temperature = self.config.rollout.temperature if temperature is None else temperature
+        device = self.dist.device
+        flat, entropy = chunked_logprobs(logits, batch.kept_targets.to(device), temperature=temperature,
+                                         with_entropy=with_entropy, **self.logprob_functions())
         index = batch.token_index.to(device)
         return flat[index], (entropy[index] if entropy is not None else None)
 

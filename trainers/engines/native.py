@@ -51,20 +51,11 @@ class NativeEngine(Engine):
     def policy(self) -> torch.nn.Module:
         return self.model
 
-    def _forward(self, model: torch.nn.Module, batch: MicroBatch, **options: Any) -> Any:
+    def forward(self, model: torch.nn.Module, batch: MicroBatch, **options: Any) -> Any:
         with self.autocast():
             return model(input_ids=batch.input_ids.to(self.dist.device),
                          position_ids=batch.position_ids.to(self.dist.device),
                          attention_mask=self._attention_mask(batch), use_cache=False, **options)
-
-    def kept_logits(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
-        logits = self._forward(model, batch, logits_to_keep=batch.keep.to(self.dist.device)).logits
-        return logits.reshape(-1, logits.shape[-1])
-
-    def kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
-        output = self._forward(model, batch, logits_to_keep=1, output_hidden_states=True)
-        hidden = output.hidden_states[-1][:, batch.keep.to(self.dist.device)].float()
-        return hidden.reshape(-1, hidden.shape[-1])
 
     def _attention_mask(self, batch: MicroBatch) -> torch.Tensor:
         if batch.attention_mask is not None:

@@ -141,22 +141,13 @@ class TRLEngine(Engine):
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return self.trainer.accelerator.autocast()
 
-    def _forward(self, model: torch.nn.Module, batch: MicroBatch, **options: Any) -> Any:
+    def forward(self, model: torch.nn.Module, batch: MicroBatch, **options: Any) -> Any:
         if batch.attention_mask is None:
             raise ConfigError("The trl backend does not pack sequences (native.pack_sequences is fsdp's).")
         device = self.trainer.accelerator.device
         with self.autocast():
             return model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
                          position_ids=batch.position_ids.to(device), use_cache=False, **options)
-
-    def kept_logits(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
-        logits = self._forward(model, batch, logits_to_keep=batch.keep.to(self.trainer.accelerator.device)).logits
-        return logits.reshape(-1, logits.shape[-1])
-
-    def kept_hidden(self, model: torch.nn.Module, batch: MicroBatch) -> torch.Tensor:
-        output = self._forward(model, batch, logits_to_keep=1, output_hidden_states=True)
-        hidden = output.hidden_states[-1][:, batch.keep.to(self.trainer.accelerator.device)].float()
-        return hidden.reshape(-1, hidden.shape[-1])
 
     def logprob_functions(self) -> dict[str, Any]:
         from trl.trainer.utils import entropy_from_logits, selective_log_softmax

@@ -240,7 +240,7 @@ class GRPOLearner(Learner):
         """One micro-batch's policy loss, scaled to its share of the mini-batch (its metrics into
         ``stats``); the batch, for a subclass's own terms on it."""
         batch = self.collate(group)
-        logprobs, entropy = self.engine.logprobs(batch, with_entropy=True)
+        logprobs, entropy = self.policy_logprobs(batch)
         old = logprobs.detach() if self.single_update else padded(group, self._old, logprobs.detach())
         settings = self.loss_settings
         wants_ref = settings.kl_coef > 0 and settings.kl_penalty != "k1_reward"
@@ -254,6 +254,11 @@ class GRPOLearner(Learner):
             entropy_sum = float((entropy * mask).sum()) if entropy is not None else 0.0
             stats.add(output, float(loss.detach()), entropy_sum, batch.num_tokens)
         return batch, loss
+
+    def policy_logprobs(self, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The policy's logprobs and entropies of the batch, with gradient (a subclass may read more of
+        the same forward pass)."""
+        return self.engine.logprobs(batch, with_entropy=True)
 
     @property
     def single_update(self) -> bool:

@@ -14,7 +14,8 @@ One :meth:`PPOLearner.train_step`:
    bootstraps from the value after its last token, as Gymnasium's truncation means;
 3. GRPO's mini-batch loop and policy loss with these advantages, plus ``value_loss_coef`` times
    verl's clipped value loss, each normalised over the whole mini-batch; after each policy update
-   the critic's optimiser steps too.
+   the critic's optimiser steps too. A head on the policy reads the hidden states of the policy
+   pass itself: one forward of the trunk a micro-batch, not one for each.
 
 Each episode's reward is shaped first as GRPO's (DAPO's overlong penalty, ``loss.overlong_*``), and
 with ``loss.kl_penalty=k1_reward`` loses ``kl_coef`` times its summed log-ratio to the reference
@@ -36,7 +37,7 @@ import torch
 
 from agentgym.rollout.rows import TrajectoryRow
 from agentgym.trainers.engines.base import Engine
-from agentgym.trainers.engines.batch import TrainSequence, to_sequences
+from agentgym.trainers.engines.batch import MicroBatch, TrainSequence, to_sequences
 from agentgym.trainers.engines.critic import Critic
 from agentgym.trainers.engines.distributed import all_reduce
 from agentgym.trainers.learners.grpo import GRPOLearner, StepStats
@@ -77,6 +78,7 @@ class PPOLearner(GRPOLearner):
         self._targets: dict[int, Targets] = {}
         self._value_sums = _ValueSums()
         self._value_tokens = 1.0
+        self._hidden: torch.Tensor | None = None  # the policy pass's hidden states, for the value head
 
     # -- the pieces of a step -----------------------------------------------------
 
@@ -134,16 +136,31 @@ class PPOLearner(GRPOLearner):
         metrics.update(self._value_metrics(targets, sequences, self._value_sums))
         return {**metrics, **extra}
 
+    def policy_logprobs(self, batch: MicroBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A head on the policy reads the policy pass's own hidden states (kept for :meth:`backward_pass`):
+        one forward of the trunk a micro-batch, not two, which halves the activations a pass keeps."""
+        if self.critic.body is not None:
+            return super().policy_logprobs(batch)
+        logprobs, entropy, self._hidden = self.engine.logprobs_and_hidden(batch, with_entropy=True)
+        return logprobs, entropy
+
     def backward_pass(self, group: list[TrainSequence], normaliser: float, stats: StepStats) -> None:
         """The policy's loss plus ``value_loss_coef`` times the clipped value loss of the pass."""
         batch, policy_term = self.policy_pass(group, normaliser, stats)
-        values, _ = self.critic.values(batch)
+        hidden, self._hidden = self._hidden, None
+        if self.critic.body is not None:
+            # A separate critic shares nothing with the policy: the policy's backward frees its
+            # activations before the critic's forward keeps its own, so the two never add up.
+            self.engine.backward(policy_term)
+            policy_term = None
+        values, _ = self.critic.values(batch, hidden)
         like = values.detach()
         value_mask = self._padded(group, like, "value_mask")
         critic = value_loss(values, self._padded(group, like, "old_values"), self._padded(group, like, "returns"),
                             value_mask, self.config.ppo.value_clip)
         share = float(value_mask.sum()) / self._value_tokens
-        self.engine.backward(policy_term + self.config.ppo.value_loss_coef * critic.loss * share)
+        value_term = self.config.ppo.value_loss_coef * critic.loss * share
+        self.engine.backward(value_term if policy_term is None else policy_term + value_term)
         sums = self._value_sums
         sums.loss += float(critic.loss.detach()) * share
         sums.clipped += critic.clip_fraction * float(value_mask.sum())

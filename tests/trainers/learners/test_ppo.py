@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from agentgym.trainers.engines.batch import to_sequences
+
 from agentgym.trainers.losses.value import (
     explained_variance,
     gae,
@@ -133,6 +135,40 @@ def test_the_critic_learns_the_returns_of_fixed_rows(make_row: Any, tmp_path: Pa
     assert losses[-1] < 0.3 * losses[0], losses
     assert metrics[-1]["explained_variance"] > metrics[0]["explained_variance"]
     assert metrics[0]["return_mean"] == pytest.approx(metrics[-1]["return_mean"])  # fixed targets
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "trl"])
+def test_a_value_head_reads_the_policy_pass_s_own_forward(make_row: Any, tmp_path: Path, backend: str) -> None:
+    """With a head on the policy a training micro-batch runs the trunk once, not once for the logprobs and
+    again for the values (two sets of activations kept for one backward: PPO's memory was 1.7x GRPO's on
+    SmolLM2, docs/results.md). Four short rows are one micro-batch: one forward with gradient a step, and
+    the values it gives are the ones a forward of their own gives."""
+    from agentgym.trainers.engines.distributed import Dist
+    from trainer_helpers import learn, make_learner
+    from agentgym.trainers.learners.ppo import PPOLearner
+
+    rows = [make_row(answer, reward=reward, group=0, index=i, logprob=-1.0)
+            for i, (answer, reward) in enumerate([("<answer>Dragon</answer>", 1.0), ("nope", 0.0),
+                                                  ("<answer>Phoenix</answer>", 0.5), ("x y z", 0.0)])]
+    config = _config(tmp_path, trajectories="unused.parquet", value_model="head", backend=backend)
+    learner = make_learner(PPOLearner, config, Dist())
+    engine, with_gradient = learner.engine, []
+    forward = engine.forward
+
+    def counted(model: Any, batch: Any, **options: Any) -> Any:
+        with_gradient.append(torch.is_grad_enabled())
+        return forward(model, batch, **options)
+
+    engine.forward = counted  # type: ignore[method-assign]
+    batch = learner.collate(to_sequences(rows, [0.0] * len(rows)))
+    with torch.no_grad():
+        own, _ = learner.critic.values(batch)
+        _, _, hidden = engine.logprobs_and_hidden(batch)
+        shared, _ = learner.critic.values(batch, hidden)
+    torch.testing.assert_close(shared, own)
+    with_gradient.clear()
+    learn(learner, rows)
+    assert with_gradient.count(True) == 1, with_gradient
 
 
 @pytest.mark.slow
