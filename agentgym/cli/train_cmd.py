@@ -208,7 +208,10 @@ def _dispatch(config: Any, *, backend_given: bool) -> Any:
 def _print_result(config: Any, result: Any) -> None:
     # The whole run's steps: a resumed run's closing line starts at its first step, not the resumed one.
     metrics = [*(getattr(result, "earlier", None) or []), *(getattr(result, "metrics", None) or [])]
-    if metrics and all(isinstance(record.get("success"), (int, float)) for record in (metrics[0], metrics[-1])):
+    reward_model = config.run.trainer == "rm"
+    if reward_model:
+        _print_pair_accuracy(metrics)
+    elif metrics and all(isinstance(record.get("success"), (int, float)) for record in (metrics[0], metrics[-1])):
         first, last = metrics[0], metrics[-1]
         line = f"Success rate {first['success']:.0%} -> {last['success']:.0%} (first step -> last"
         # Recorded rows were played by whoever recorded them, not by the model being trained.
@@ -225,12 +228,26 @@ def _print_result(config: Any, result: Any) -> None:
                   f"report: agentgym report {escape(str(out))}")
     final = getattr(result, "final_model", None)
     env_id = config.rollout.env_id
-    if final is not None and env_id:
+    if final is not None and reward_model:  # a scorer, not a policy: an env plays against it
+        console.print(f"Reward model: {escape(str(final))}; train against it: agentgym train --env rm:ENV "
+                      f"-k reward_model={escape(str(final))} --model MODEL")
+    elif final is not None and env_id:
         console.print(f"Trained model: {escape(str(final))}; roll it out: agentgym rollout --env {escape(env_id)} "
                       f"--model {escape(str(final))} --episodes 8")
     elif final is not None:
         console.print(f"Trained model: {escape(str(final))}; roll it out: agentgym rollout --env ENV "
                       f"--model {escape(str(final))} --episodes 8")
+
+
+def _print_pair_accuracy(metrics: list[dict[str, Any]]) -> None:
+    """A reward model's closing line: its held-out pair accuracy, first measure to last (the
+    episodes' success is the recorded players', not the model's)."""
+    measured = [(step, record) for step, record in enumerate(metrics, start=1)
+                if isinstance(record.get("eval_accuracy"), (int, float))]
+    if measured:
+        (first_step, first), (last_step, last) = measured[0], measured[-1]
+        console.print(f"Held-out pair accuracy {first['eval_accuracy']:.0%} (step {first_step}) -> "
+                      f"{last['eval_accuracy']:.0%} (step {last_step}), on {last.get('eval_pairs', 0):.0f} pairs.")
 
 
 def report_command(

@@ -198,3 +198,22 @@ def test_a_run_s_final_model_loads_as_a_sequence_classifier_and_scores_as_traini
         again = AutoModelForSequenceClassification.from_pretrained(exported).eval()
         with torch.no_grad():
             assert float(again(input_ids=torch.tensor([ids[0]])).logits) == pytest.approx(float(loaded[0]), abs=1e-5)
+
+
+def test_the_closing_lines_of_an_rm_run_give_its_accuracy_and_how_to_train_against_it(tmp_path: Path) -> None:
+    """Not the recorded episodes' success, nor `rollout --model` of a model that scores rather than plays."""
+    from typer.testing import CliRunner
+
+    from agentgym.cli import app
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(pair) + "\n" for pair in _PAIRS), encoding="utf-8")
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["train", "--trainer", "rm", "--trajectories", str(path), "--model", "tiny",
+                                      "--steps", "2", "--episodes-per-step", "4", "--group-size", "2", "--lr", "1e-3",
+                                      "-s", "eval_fraction=0.2", "--out", str(out)], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    text = "".join(result.output.split())  # the console wraps long lines
+    assert "Held-outpairaccuracy" in text and "(step1)->" in text and "on1pairs." in text
+    assert f"trainagainstit:agentgymtrain--envrm:ENV-kreward_model={out / 'final'}" in text
+    assert "Successrate" not in text and "rollitout" not in text
