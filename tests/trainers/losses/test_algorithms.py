@@ -304,6 +304,17 @@ def test_cispo_weights_every_tokens_log_prob_by_its_clipped_ratio() -> None:
     assert clip_logp.grad[0].tolist() == pytest.approx([0.0, -0.5 * 2 / 3, -1.1 * 2 / 3], abs=1e-6)
 
 
+def test_on_policy_the_three_losses_take_the_same_step() -> None:
+    """With one update a step (pi_old is pi: every ratio 1) the clip, GSPO and CISPO all give each token
+    -A / tokens: per-token advantages [2, -1, 0.5] over 3 tokens, gradient [-2/3, 1/3, -1/6]. So they
+    differ only from the second update on the same rows (docs/results.md ran them with 4)."""
+    advantages = torch.tensor([[2.0, -1.0, 0.5]])
+    for name in ("clip", "gspo", "cispo"):
+        logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+        policy_loss(logp, logp.detach(), advantages, torch.ones(1, 3), LossConfig(policy_loss=name)).loss.backward()
+        assert logp.grad[0].tolist() == pytest.approx([-2 / 3, 1 / 3, -1 / 6], abs=1e-7), name
+
+
 def test_an_unknown_policy_loss_names_the_choices() -> None:
     with pytest.raises(ConfigError, match="Setting loss.policy_loss: Input should be 'clip', 'gspo' or 'cispo'"):
         TrainConfig.from_dict({"env_id": "Bandit-LLM-v0", "policy_loss": "ppo"})
