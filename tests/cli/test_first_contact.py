@@ -79,7 +79,7 @@ def _closing_line(metrics: list[dict[str, float]], capsys: pytest.CaptureFixture
 
     from agentgym.cli.train_cmd import _print_result
 
-    config = SimpleNamespace(run=SimpleNamespace(out=str(tmp_path)),
+    config = SimpleNamespace(run=SimpleNamespace(out=str(tmp_path), trainer="grpo"),
                              rollout=SimpleNamespace(env_id=None, trajectories=trajectories))
     _print_result(config, SimpleNamespace(metrics=metrics, out=str(tmp_path), final_model=None))
     return " ".join(capsys.readouterr().out.split()).split(" Metrics:")[0]
