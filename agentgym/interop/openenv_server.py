@@ -245,7 +245,6 @@ class OpenEnvServerThread(ServerThread):
                          url=f"http://127.0.0.1:{self.port}")
 
 
-
 class AgentGymEnvClient(EnvClient[AgentGymAction, AgentGymObservation, AgentGymState]):
     """OpenEnv's client for an agentgym env server: typed results over one WebSocket session.
 

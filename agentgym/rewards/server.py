@@ -112,7 +112,6 @@ class RewardModelServer(ServerThread):
                          url=f"http://{host}:{self.port}")
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m agentgym.rewards.server``: serve a reward model until Ctrl-C."""
     parser = argparse.ArgumentParser(prog="python -m agentgym.rewards.server", description=__doc__.split("\n")[0])

@@ -51,9 +51,8 @@ class Critic(torch.nn.Module):
         """([S, T] the value at each completion token's position, [S] the value after each sequence's last
         token), both differentiable. ``hidden``: the policy's last hidden states at the kept positions,
         from a pass already made (a head on the policy only), so the trunk does not run again."""
-        if hidden is None or self.body is not None:
-            model = self.body if self.body is not None else self.engine.policy()
-            hidden = self.engine.kept_hidden(model, batch)
+        if hidden is None:
+            hidden = self.engine.kept_hidden(self.body if self.body is not None else self.engine.policy(), batch)
         per_position = self.head(hidden).squeeze(-1)
         device = per_position.device
         return per_position[batch.token_index.to(device)], per_position[batch.final_index.to(device)]

@@ -148,11 +148,11 @@ class PPOLearner(GRPOLearner):
         """The policy's loss plus ``value_loss_coef`` times the clipped value loss of the pass."""
         batch, policy_term = self.policy_pass(group, normaliser, stats)
         hidden, self._hidden = self._hidden, None
-        if self.critic.body is not None:
+        separate = self.critic.body is not None
+        if separate:
             # A separate critic shares nothing with the policy: the policy's backward frees its
             # activations before the critic's forward keeps its own, so the two never add up.
             self.engine.backward(policy_term)
-            policy_term = None
         values, _ = self.critic.values(batch, hidden)
         like = values.detach()
         value_mask = self._padded(group, like, "value_mask")
@@ -160,7 +160,7 @@ class PPOLearner(GRPOLearner):
                             value_mask, self.config.ppo.value_clip)
         share = float(value_mask.sum()) / self._value_tokens
         value_term = self.config.ppo.value_loss_coef * critic.loss * share
-        self.engine.backward(value_term if policy_term is None else policy_term + value_term)
+        self.engine.backward(value_term if separate else policy_term + value_term)
         sums = self._value_sums
         sums.loss += float(critic.loss.detach()) * share
         sums.clipped += critic.clip_fraction * float(value_mask.sum())
