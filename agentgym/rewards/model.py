@@ -182,12 +182,13 @@ class RewardModelReward:
 
 
 def _httpx() -> Any:
+    # httpx2: the HTTP client the rollout extra already has (openai's; agentgym's policies use it too).
     try:
-        import httpx
+        import httpx2
     except ImportError as error:
-        raise MissingDependencyError("RewardModelReward talks to its server with httpx, which is not installed: "
-                                     f"{MissingDependencyError.install_hint('rollout', 'httpx')}.") from error
-    return httpx
+        raise MissingDependencyError("RewardModelReward talks to its server with httpx2, which is not installed: "
+                                     f"{MissingDependencyError.install_hint('rollout', 'httpx2')}.") from error
+    return httpx2
 
 
 class RewardModelWrapper(gym.Wrapper):

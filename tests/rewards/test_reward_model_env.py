@@ -116,3 +116,15 @@ def test_an_episode_the_turn_budget_cuts_short_is_scored_where_it_was_cut(
     scores = in_process.score_many(conversations)
     assert [row.reward for row in rows] == pytest.approx(scores, abs=1e-5)
     assert all(score != 0 for score in scores)  # a cut episode is no longer paid 0
+
+
+def test_the_server_client_needs_only_what_the_rollout_extra_installs(
+        in_process: RewardModelReward, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scripts/setup.sh train,serve,rollout` (the README's) installs openai's httpx2, not httpx: with httpx
+    unimportable, scoring through the server still works."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # `import httpx` raises ImportError
+    conversation = [{"role": "user", "content": "Arms: Dragon, Phoenix."}, {"role": "assistant", "content": ACTION}]
+    with RewardModelServer(in_process) as server, RewardModelReward(server.url) as remote:
+        assert remote.score(conversation) == pytest.approx(in_process.score(conversation), abs=1e-5)
