@@ -7,11 +7,11 @@ real-model comparison in docs/results.md ("A real pretrained LLM learning").
 
 Same prompts as ``agentgym train`` plays (the env's instructions as the system message, its first
 observation as the user's, seeds ``seed * 1_000_003 + group`` as the run loop draws them), the
-same samples a step (``--prompts`` x ``--group-size``), the same sampling (temperature 1, at most
-``--max-tokens``), the same learning rate; GRPOTrainer's own loss (TRL 1.16's default, DAPO's token
+same samples a step (``--prompts`` x ``--group-size``), the same sampling (``--temperature``, at
+most ``--max-tokens``), the same learning rate; GRPOTrainer's own loss (TRL 1.16's default, DAPO's token
 mean, no KL) and its own generation (transformers' ``generate``: TRL uses vLLM only on a GPU). The run
 stops at ``--minutes`` (a TrainerCallback, public API) and saves the model to ``OUT/final``; each step's
-reward and the tokens sampled go to ``OUT/metrics.jsonl`` with the minutes elapsed, for
+reward, success and the tokens sampled go to ``OUT/metrics.jsonl`` with the minutes elapsed, for
 scripts/plot_runs.py.
 """
 
@@ -40,19 +40,24 @@ def env_prompts(env_id: str, kwargs: dict[str, Any], seeds: list[int]) -> list[d
     return rows
 
 
-def make_reward(env_id: str, kwargs: dict[str, Any]) -> Any:
-    """GRPOTrainer's reward function: each completion played as the env's one action on its prompt's seed."""
+def make_reward(env_id: str, kwargs: dict[str, Any], successes: list[float]) -> Any:
+    """GRPOTrainer's reward function: each completion played as the env's one action on its prompt's seed.
+
+    Each call's share of successes (the env's ``success``) is appended to ``successes``, for the log.
+    """
     import agentgym
 
     def env_reward(prompts: list[Any], completions: list[Any], seed: list[int], **_: Any) -> list[float]:
-        rewards = []
+        rewards, won = [], 0
         for completion, level in zip(completions, seed):
             env = agentgym.make(env_id, **kwargs)
             env.reset(seed=int(level))
             text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
-            _, reward, *_ = env.step(text)
+            _, reward, _, _, info = env.step(text)
             rewards.append(float(reward))
+            won += bool(info.get("success"))
             env.close()
+        successes.append(won / max(1, len(rewards)))
         return rewards
 
     return env_reward
@@ -67,6 +72,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4, help="prompts a step")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
@@ -87,7 +93,7 @@ def main() -> None:
     batch = args.prompts * args.group_size
     config = GRPOConfig(output_dir=str(out / "trl"), use_cpu=True, bf16=False, report_to=[], save_strategy="no",
                         num_generations=args.group_size, per_device_train_batch_size=batch,
-                        gradient_accumulation_steps=1, max_completion_length=args.max_tokens, temperature=1.0,
+                        gradient_accumulation_steps=1, max_completion_length=args.max_tokens, temperature=args.temperature,
                         learning_rate=args.lr, lr_scheduler_type="constant", max_steps=steps, logging_steps=1,
                         seed=args.seed, disable_tqdm=True, dataloader_num_workers=0, shuffle_dataset=False)
     started = time.monotonic()
@@ -99,7 +105,8 @@ def main() -> None:
         def on_log(self, args_: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                    **_: Any) -> None:
             if logs:
-                record = {"step": state.global_step, "minutes": (time.monotonic() - started) / 60, **logs}
+                record = {"step": state.global_step, "minutes": (time.monotonic() - started) / 60,
+                          "success": successes[-1] if successes else None, **logs}
                 log.write(json.dumps(record) + "\n")
                 log.flush()
 
@@ -107,8 +114,9 @@ def main() -> None:
             if time.monotonic() - started >= args.minutes * 60:
                 control.should_training_stop = True
 
-    trainer = GRPOTrainer(model=resolve_model(args.model), reward_funcs=make_reward(args.env, kwargs), args=config,
-                          train_dataset=dataset, callbacks=[Budget()])
+    successes: list[float] = []
+    trainer = GRPOTrainer(model=resolve_model(args.model), reward_funcs=make_reward(args.env, kwargs, successes),
+                          args=config, train_dataset=dataset, callbacks=[Budget()])
     trainer.train()
     trainer.save_model(str(out / "final"))
     trainer.processing_class.save_pretrained(str(out / "final"))

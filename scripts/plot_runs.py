@@ -5,8 +5,8 @@
         --metric success --out docs/images/async_bandit.png
 
 Left: the metric at each step (per episode, since every step plays as many); right: the
-same against the run's own wall clock (the cumulative ``time/step``), which is where an
-asynchronous run should gain. A moving mean over ``--window`` steps smooths both.
+same against the run's own wall clock (the cumulative ``time/step``, or the ``minutes``
+that examples/trl_grpo_baseline.py logs), which is where an asynchronous run should gain. A moving mean over ``--window`` steps smooths both.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ def curve(run: str, metric: str, window: int) -> tuple[list[int], list[float], l
     records = step_metrics(run)
     steps, hours, values, elapsed = [], [], [], 0.0
     for step in sorted(records):
-        elapsed += float(records[step].get("time/step") or 0.0)
+        if "minutes" in records[step]:  # examples/trl_grpo_baseline.py logs its clock, not each step's time
+            elapsed = float(records[step]["minutes"]) * 60
+        else:
+            elapsed += float(records[step].get("time/step") or 0.0)
         if records[step].get(metric) is not None:
             steps.append(step)  # numbered from 1, as the console shows them
             hours.append(elapsed / 3600)
