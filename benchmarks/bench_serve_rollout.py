@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from bench_serve import console, server_cpu_seconds
+from bench_serve import BUILTIN_MODES, console, server_cpu_seconds
 
 from agentgym.models import resolve_model
 from agentgym.rollout.chat import ChatRenderer
@@ -95,9 +95,9 @@ def measure(name: str, base_url: str, api_key: str, pid: int, renderer: ChatRend
 
 
 @contextmanager
-def _builtin(model_dir: str, args: argparse.Namespace) -> Iterator[tuple[str, str, int]]:
+def _builtin(model_dir: str, args: argparse.Namespace, mode: str) -> Iterator[tuple[str, str, int]]:
     with BuiltinServer(model_dir, served_model_name=MODEL_NAME, max_model_len=MAX_MODEL_LEN,
-                       torch_threads=args.threads) as server:
+                       torch_threads=args.threads, engine_process=mode == "process") as server:
         assert server.process is not None
         yield server.base_url, server.api_key, server.process.pid
 
@@ -127,7 +127,9 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the env's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads of the built-in server (default: its own, all cores but one)")
+                        help="torch threads of the built-in server (default: its own)")
+    parser.add_argument("--builtin", nargs="+", choices=BUILTIN_MODES, default=["thread"],
+                        help="where the built-in server runs its model: thread (its default), process, or both")
     parser.add_argument("--no-vllm", action="store_true", help="measure the built-in server only")
     args = parser.parse_args()
     model_dir = resolve_model(args.model)
@@ -136,8 +138,10 @@ def main() -> None:
                   "| server CPU ms/token |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     runs = []
-    with _builtin(model_dir, args) as (base_url, api_key, pid):
-        runs += measure("built-in", base_url, api_key, pid, renderer, args)
+    for mode in args.builtin:
+        with _builtin(model_dir, args, mode) as (base_url, api_key, pid):
+            runs += measure("built-in" if mode == "thread" else "built-in (process)", base_url, api_key, pid,
+                            renderer, args)
     if not args.no_vllm:
         with _vllm(model_dir) as found:
             if found is not None:
@@ -147,8 +151,9 @@ def main() -> None:
                   f"{args.concurrency} at once, {args.max_tokens} tokens a turn")
     for env in args.envs:
         rates = {run.server: run.sampled / run.seconds for run in runs if run.env == env}
-        if "vLLM" in rates:
-            console.print(f"{env}: built-in / vLLM = {rates['built-in'] / rates['vLLM']:.2f}x tokens/s")
+        for name, rate in rates.items():
+            if name != "vLLM" and "vLLM" in rates:
+                console.print(f"{env}: {name} / vLLM = {rate / rates['vLLM']:.2f}x tokens/s")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ def serve_command(
         metavar="MIB", help="Memory that keeps finished requests' KV, so a prompt that continues one (the next "
         "turn of a conversation) prefills only its new tokens; 0 turns it off.",
         rich_help_panel=BUILTIN_PANEL)] = 1024,
+    engine_process: Annotated[bool, typer.Option(
+        "--engine-process", help="Run the model in a process of its own, sharing no GIL with the HTTP loop "
+        "(default: a thread of the server's process).", rich_help_panel=BUILTIN_PANEL)] = False,
     max_body_mib: Annotated[float, typer.Option(
         metavar="MIB", help="Largest request body read (413 beyond): a body is parsed and tokenized whole, at "
         "seconds per MiB.", rich_help_panel=BUILTIN_PANEL)] = 8.0,
@@ -96,6 +99,6 @@ def serve_command(
                       served_model_name=name,
                       max_model_len=max_model_len, torch_threads=threads,
                       prefix_cache_mib=prefix_cache_mib, device=device, dtype=dtype,
-                      max_body_mib=max_body_mib)
+                      max_body_mib=max_body_mib, engine_process=engine_process)
     except AgentGymError as exc:
         raise fail(str(exc)) from exc

@@ -1,4 +1,4 @@
-"""The built-in OpenAI-compatible HTTP server: a FastAPI app over an ``Engine``.
+"""The built-in OpenAI-compatible HTTP server: a FastAPI app over an engine (``agentgym.serve.engine``).
 
 Routes (OpenAI, then vLLM's extensions, then agentgym's):
 
@@ -58,7 +58,7 @@ import agentgym
 from agentgym.asgi import CatchAll
 from agentgym.errors import AuthenticationError, InvalidRequestError, ModelNotFoundError, ServeError
 from agentgym.serve.batch import SequenceUpdate
-from agentgym.serve.engine import Engine, Generation
+from agentgym.serve.engine import BaseEngine, Generation
 from agentgym.serve.inputs import (
     chat_messages,
     chat_params,
@@ -188,7 +188,7 @@ def _internal_error(message: str) -> Response:
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 
 
-def create_app(engine: Engine, *, api_key: str | None = None, control_key: str | None = None,
+def create_app(engine: BaseEngine, *, api_key: str | None = None, control_key: str | None = None,
                served_model_name: str | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI app serving ``engine`` as ``served_model_name`` (default: the model as given).
@@ -282,10 +282,12 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
 
 # ------------------------------------------------------------------- info ---
 
-def _add_info_routes(app: FastAPI, engine: Engine, name: str) -> None:
+def _add_info_routes(app: FastAPI, engine: BaseEngine, name: str) -> None:
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    async def health() -> Response:
+        if not engine.alive:
+            return error_response(503, "the engine has stopped; restart the server.")
+        return JSONResponse({"status": "ok"})
 
     @app.get("/version")
     async def version() -> dict[str, str]:
@@ -299,7 +301,7 @@ def _add_info_routes(app: FastAPI, engine: Engine, name: str) -> None:
 
     @app.get("/stats")
     async def stats() -> dict[str, int]:
-        return engine.stats()
+        return await engine.read_stats()
 
     @app.post("/tokenize")
     async def tokenize(req: TokenizeRequest) -> TokenizeResponse:
@@ -313,7 +315,7 @@ def _add_info_routes(app: FastAPI, engine: Engine, name: str) -> None:
         return DetokenizeResponse(prompt=await asyncio.to_thread(engine.decode, req.tokens))
 
 
-def _tokenize(engine: Engine, req: TokenizeRequest) -> TokenizeResponse:
+def _tokenize(engine: BaseEngine, req: TokenizeRequest) -> TokenizeResponse:
     if req.messages is not None:
         ids = engine.apply_chat_template(
             chat_messages(req.messages), add_generation_prompt=req.add_generation_prompt,
@@ -342,7 +344,7 @@ def _answers(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
                   "content": {"text/event-stream": events}}}
 
 
-def _add_generation_routes(app: FastAPI, engine: Engine, name: str) -> None:
+def _add_generation_routes(app: FastAPI, engine: BaseEngine, name: str) -> None:
     @app.post("/v1/completions", response_model=None, responses=_answers(CompletionResponse))
     async def completions(req: CompletionRequest, request: Request) -> Response:
         adapter = _adapter(engine, name, req.model)
@@ -409,7 +411,7 @@ def _sse(events: AsyncIterator[str]) -> StreamingResponse:
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _adapter(engine: Engine, name: str, model: str | None) -> str | None:
+def _adapter(engine: BaseEngine, name: str, model: str | None) -> str | None:
     """None for the base model, the adapter's name for a LoRA adapter; 404 otherwise."""
     if model is None or model == name:
         return None
@@ -436,7 +438,7 @@ def _path(value: str, param: str) -> str:
     return value
 
 
-def _add_control_routes(app: FastAPI, engine: Engine) -> None:
+def _add_control_routes(app: FastAPI, engine: BaseEngine) -> None:
     @app.post("/update_weights")
     async def update_weights(req: UpdateWeightsRequest) -> UpdateWeightsResponse:
         done = await engine.update_weights(_path(req.weights_path, "weights_path"), req.version)

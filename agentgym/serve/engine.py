@@ -9,26 +9,34 @@ joins the running batch between two decode steps, see
 ``agentgym.serve.scheduler``); the model runs in one engine thread, never on
 the event loop. The engine also owns the tokenizer (prompts, chat template,
 detokenizing), the context-length checks, weight updates (with the policy
-version they bump) and LoRA adapters.
+version they bump) and LoRA adapters. ``BaseEngine`` is what the HTTP side
+uses; ``agentgym serve --engine-process`` puts an ``Engine`` in a child
+process behind an ``EngineProcess`` (``agentgym.serve.process``) with that
+same interface.
 
 Thread settings: the engine thread sets ``torch.set_num_threads`` only when
 ``EngineConfig.torch_threads`` asks for it, because the setting is
-process-wide; ``agentgym serve`` (a process of its own) does ask, leaving a
-core to the HTTP event loop.
+process-wide; ``agentgym serve`` does ask.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 import torch
 
-from agentgym.errors import ConfigError, InvalidRequestError, MissingDependencyError, ServeError, UnsupportedError
+from agentgym.errors import (
+    ConfigError,
+    InvalidRequestError,
+    MissingDependencyError,
+    ServeError,
+    UnsupportedError,
+)
 from agentgym.serve import linear
 from agentgym.serve.batch import EngineFailure, Sequence, SequenceUpdate, Sink
 from agentgym.serve.memory import release_free_memory
@@ -46,7 +54,7 @@ from agentgym.serve.weights import (
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-__all__ = ["Engine", "EngineConfig", "Generation", "WeightUpdate", "resolve_device"]
+__all__ = ["BaseEngine", "Engine", "EngineConfig", "Generation", "WeightUpdate", "cancel_sequences", "resolve_device"]
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -126,11 +134,11 @@ class WeightUpdate:
 class Generation:
     """The choices of one request in flight; read them with ``updates()`` or ``result()``."""
 
-    def __init__(self, sequences: list[Sequence],
-                 queue: asyncio.Queue[SequenceUpdate | EngineFailure]) -> None:
-        self.sequences = sequences
+    def __init__(self, choices: int, queue: asyncio.Queue[SequenceUpdate | EngineFailure],
+                 cancel: Callable[[], None]) -> None:
         self._queue = queue
-        self._open = len(sequences)
+        self._open = choices
+        self._cancel = cancel
 
     async def updates(self) -> AsyncIterator[SequenceUpdate]:
         """Updates as they come (streamed choices: every step; others: once, at the end).
@@ -156,53 +164,49 @@ class Generation:
 
     def cancel(self) -> None:
         """Stop generating (the engine drops the rows before its next step)."""
-        for seq in self.sequences:
-            seq.cancelled = True
+        self._cancel()
 
 
-class Engine:
-    """A causal LM, its tokenizer and the scheduler that batches requests for it."""
+class BaseEngine:
+    """What the HTTP side needs of an engine: the tokenizer, the request checks, and (in the
+    subclasses) generation, weights and adapters.
 
-    def __init__(self, config: EngineConfig) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    :class:`Engine` runs the model in a thread of this process; ``EngineProcess``
+    (``agentgym.serve.process``) in a child process, so that the HTTP loop and the
+    tokenizer never hold the GIL the model's Python needs.
+    """
 
-        from agentgym.models import resolve_model
+    #: token ids go from 0 to this less one (the model's embedding rows)
+    vocab_size: int
+    #: prompt + completion tokens a request may hold
+    max_model_len: int
+
+    def __init__(self, config: EngineConfig, model_path: str) -> None:
+        from transformers import AutoTokenizer
 
         self.config = config
-        self.model_path = resolve_model(config.model)
-        self.device = resolve_device(config.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=_DTYPES[config.dtype])
-        self.model = model.to(self.device).eval()
-        self._onednn = config.onednn_linear and linear.available(self.device, self.model.dtype)
-        if self._onednn:
-            linear.install(self.model)
-        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
-        self.max_model_len = _max_model_len(self.model.config, config.max_model_len)
-        self.eos_token_ids = _eos_ids(self.tokenizer, self.model)
-        pad = self.tokenizer.pad_token_id
-        self._models: dict[str | None, torch.nn.Module] = {None: self.model}
+        self.model_path = model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self._lora_paths: dict[str, str] = {}
         self._token_text: dict[int, str] = {}
         # No token covers more characters than its vocabulary entry (byte-level entries spell
         # one character per byte): a text longer than this many tokens' worth cannot fit.
         self.max_token_chars = max((len(entry) for entry in self.tokenizer.get_vocab()), default=1)
-        limits = Limits(config.max_num_seqs, config.max_prefill_tokens, config.batch_wait_ms / 1000,
-                        prefix_cache_bytes=config.prefix_cache_mib * 2**20)
-        self._scheduler = Scheduler(
-            self._models, eos_ids=self.eos_token_ids, pad_id=pad if pad is not None else 0,
-            max_model_len=self.max_model_len, decode=self.decode, device=self.device,
-            limits=limits, seed=config.seed)
 
     # ---------------------------------------------------------- lifecycle ---
 
     def start(self) -> None:
-        """Start the engine thread (idempotent; ``submit`` also starts it)."""
-        self._scheduler.start(self.config.torch_threads)
+        """Start generating (idempotent)."""
+        raise NotImplementedError
 
     def close(self) -> None:
-        """Stop the engine thread; requests still running get an error."""
-        self._scheduler.stop()
+        """Stop; requests still running get an error."""
+        raise NotImplementedError
+
+    @property
+    def alive(self) -> bool:
+        """Whether requests can be served (False once the engine died)."""
+        raise NotImplementedError
 
     def __enter__(self) -> Self:
         self.start()
@@ -211,27 +215,15 @@ class Engine:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @property
-    def policy_version(self) -> int:
-        """The version of the weights being served (0 until the first update)."""
-        return self._scheduler.policy_version
-
-    def stats(self) -> dict[str, int]:
+    async def read_stats(self) -> dict[str, int]:
         """Counters: requests, tokens (``cached_prompt_tokens``: prefilled from the prefix
         cache), steps, ``max_batch_size``, running, waiting, version."""
-        return {**self._scheduler.snapshot(), "policy_version": self.policy_version}
+        raise NotImplementedError
 
     async def reset_prefix_cache(self) -> None:
         """Forget the stored KV (requests running go on; they hold their own) and hand the
         memory it held back to the operating system."""
-        self.start()  # the engine thread runs the clearing
-        await asyncio.wrap_future(self._scheduler.call(self._clear_prefix_cache, drain=False))
-
-    def _clear_prefix_cache(self) -> None:
-        self._scheduler.prefix.clear()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        release_free_memory()
+        raise NotImplementedError
 
     # --------------------------------------------------------------- text ---
 
@@ -307,15 +299,8 @@ class Engine:
                 f"for the completion). Lower max_tokens to at most {limit - prompt_tokens} or "
                 f"shorten the {param}.", param="max_tokens")
 
-    # --------------------------------------------------------- generating ---
-
-    def submit(self, prompts: Seq[Seq[int]], params: SamplingParams, *, n: int = 1,
-               adapter: str | None = None, stream: bool = False) -> Generation:
-        """Queue ``n`` choices for each prompt; call from a running event loop.
-
-        Choice ``i`` of prompt ``p`` has index ``p * n + i`` (as in vLLM's
-        responses); seeded choices use ``seed + i``.
-        """
+    def check_request(self, prompts: Seq[Seq[int]], params: SamplingParams, n: int, adapter: str | None) -> None:
+        """Raise ``InvalidRequestError`` for a request the engine cannot take."""
         if not 1 <= n <= _MAX_N:
             raise InvalidRequestError(f"n must be between 1 and {_MAX_N}, got {n}.", param="n")
         if n > 1 and params.greedy:
@@ -329,21 +314,17 @@ class Engine:
         for prompt in prompts:
             self.check_prompt(prompt, param="prompt")
             self.check_length(len(prompt), params.max_tokens, param="prompt")
-        queue: asyncio.Queue[SequenceUpdate | EngineFailure] = asyncio.Queue()
-        sink = Sink(asyncio.get_running_loop(), queue, stream)
-        sequences = [self._sequence(list(prompt), params.for_choice(i), sink, p * n + i, adapter)
-                     for p, prompt in enumerate(prompts) for i in range(n)]
-        self.start()
-        self._scheduler.submit(sequences)
-        return Generation(sequences, queue)
 
-    def _sequence(self, prompt: list[int], params: SamplingParams, sink: Sink, index: int,
-                  adapter: str | None) -> Sequence:
-        tracker = None
-        if sink.stream or params.stop:  # text is decoded every step only when needed
-            skip = params.skip_special_tokens
-            tracker = TextTracker(lambda ids: self.decode(ids, skip), params.stop)
-        return Sequence(prompt, params, sink, index=index, adapter=adapter, tracker=tracker)
+    # --------------------------------------------------------- generating ---
+
+    def submit(self, prompts: Seq[Seq[int]], params: SamplingParams, *, n: int = 1,
+               adapter: str | None = None, stream: bool = False) -> Generation:
+        """Queue ``n`` choices for each prompt; call from a running event loop.
+
+        Choice ``i`` of prompt ``p`` has index ``p * n + i`` (as in vLLM's
+        responses); seeded choices use ``seed + i``.
+        """
+        raise NotImplementedError
 
     async def generate(self, prompt_ids: Seq[int], params: SamplingParams, *, n: int = 1,
                        adapter: str | None = None) -> list[SequenceUpdate]:
@@ -355,10 +336,145 @@ class Engine:
         """vLLM's ``prompt_logprobs`` of each prompt: per token (None for the first), its own logprob and
         vocabulary rank, and those of the ``k`` most likely tokens there, by token id.
 
-        The raw model's log-softmax (temperature 1), as vLLM computes prompt logprobs. One forward
-        pass per prompt in the engine thread, between two decode steps: the prefix cache and the
-        running batch are left alone.
+        The raw model's log-softmax (temperature 1), as vLLM computes prompt logprobs, between two
+        decode steps: the prefix cache and the running batch are left alone.
         """
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- weights ---
+
+    async def update_weights(self, weights_path: str, version: int | None = None) -> WeightUpdate:
+        """Load full weights from safetensors; responses then report the new version.
+
+        The files are read and checked while generation goes on; the copy waits until the
+        running batch has finished, so no response mixes two versions.
+        """
+        raise NotImplementedError
+
+    def adapters(self) -> dict[str, str]:
+        """Loaded LoRA adapters: name -> folder."""
+        return dict(self._lora_paths)
+
+    async def load_lora(self, name: str, path: str) -> None:
+        """Serve the adapter at ``path`` (merged into a copy of the model) under ``name``."""
+        raise NotImplementedError
+
+    async def unload_lora(self, name: str) -> None:
+        """Stop serving the adapter ``name``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def check_version(version: int | None) -> None:
+        if version is not None and version < 0:
+            raise InvalidRequestError(f"version must not be negative, got {version}.", param="version")
+
+    def check_lora_name(self, name: str, *, loading: bool) -> None:
+        """Raise for a name ``load_lora`` (``loading``) or ``unload_lora`` cannot take."""
+        if not loading:
+            if name not in self._lora_paths:
+                raise InvalidRequestError(f"no LoRA adapter named {name!r} is loaded.", param="lora_name")
+            return
+        if not peft_available():
+            raise UnsupportedError(
+                "LoRA adapters need the peft package, which is not installed: "
+                f"{MissingDependencyError.install_hint('train', 'peft')}.", param="lora_path")
+        if not name or name in self._lora_paths:
+            raise InvalidRequestError(f"The lora adapter {name!r} has already been loaded."
+                                      if name else "lora_name must not be empty.", param="lora_name")
+
+
+class Engine(BaseEngine):
+    """A causal LM, its tokenizer and the scheduler that batches requests for it, in this process."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from transformers import AutoModelForCausalLM
+
+        from agentgym.models import resolve_model
+
+        model_path = resolve_model(config.model)
+        self.device = resolve_device(config.device)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[config.dtype])
+        self.model = model.to(self.device).eval()
+        super().__init__(config, model_path)
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self.max_model_len = _max_model_len(self.model.config, config.max_model_len)
+        self._onednn = config.onednn_linear and linear.available(self.device, self.model.dtype)
+        if self._onednn:
+            linear.install(self.model)
+        self.eos_token_ids = _eos_ids(self.tokenizer, self.model)
+        pad = self.tokenizer.pad_token_id
+        self._models: dict[str | None, torch.nn.Module] = {None: self.model}
+        limits = Limits(config.max_num_seqs, config.max_prefill_tokens, config.batch_wait_ms / 1000,
+                        prefix_cache_bytes=config.prefix_cache_mib * 2**20)
+        self._scheduler = Scheduler(
+            self._models, eos_ids=self.eos_token_ids, pad_id=pad if pad is not None else 0,
+            max_model_len=self.max_model_len, decode=self.decode, device=self.device,
+            limits=limits, seed=config.seed)
+
+    # ---------------------------------------------------------- lifecycle ---
+
+    def start(self) -> None:
+        """Start the engine thread (idempotent; ``submit`` also starts it)."""
+        self._scheduler.start(self.config.torch_threads)
+
+    def close(self) -> None:
+        """Stop the engine thread; requests still running get an error."""
+        self._scheduler.stop()
+
+    @property
+    def alive(self) -> bool:
+        return True  # the engine thread restarts on the next request should it have died
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights being served (0 until the first update)."""
+        return self._scheduler.policy_version
+
+    def stats(self) -> dict[str, int]:
+        """:meth:`read_stats`, from any thread."""
+        return {**self._scheduler.snapshot(), "policy_version": self.policy_version}
+
+    async def read_stats(self) -> dict[str, int]:
+        return self.stats()
+
+    async def reset_prefix_cache(self) -> None:
+        self.start()  # the engine thread runs the clearing
+        await asyncio.wrap_future(self._scheduler.call(self._clear_prefix_cache, drain=False))
+
+    def _clear_prefix_cache(self) -> None:
+        self._scheduler.prefix.clear()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        release_free_memory()
+
+    # --------------------------------------------------------- generating ---
+
+    def submit(self, prompts: Seq[Seq[int]], params: SamplingParams, *, n: int = 1,
+               adapter: str | None = None, stream: bool = False) -> Generation:
+        self.check_request(prompts, params, n, adapter)
+        queue: asyncio.Queue[SequenceUpdate | EngineFailure] = asyncio.Queue()
+        sequences = self.enqueue(prompts, params, n, adapter, Sink(asyncio.get_running_loop(), queue, stream))
+        return Generation(len(sequences), queue, lambda: cancel_sequences(sequences))
+
+    def enqueue(self, prompts: Seq[Seq[int]], params: SamplingParams, n: int, adapter: str | None,
+                sink: Sink) -> list[Sequence]:
+        """Hand a checked request's choices to the scheduler; their updates go to ``sink``."""
+        sequences = [self._sequence(list(prompt), params.for_choice(i), sink, p * n + i, adapter)
+                     for p, prompt in enumerate(prompts) for i in range(n)]
+        self.start()
+        self._scheduler.submit(sequences)
+        return sequences
+
+    def _sequence(self, prompt: list[int], params: SamplingParams, sink: Sink, index: int,
+                  adapter: str | None) -> Sequence:
+        tracker = None
+        if sink.stream or params.stop:  # text is decoded every step only when needed
+            skip = params.skip_special_tokens
+            tracker = TextTracker(lambda ids: self.decode(ids, skip), params.stop)
+        return Sequence(prompt, params, sink, index=index, adapter=adapter, tracker=tracker)
+
+    async def prompt_logprobs(self, prompts: Seq[Seq[int]], k: int, *, adapter: str | None = None
+                              ) -> list[list[dict[int, tuple[float, int]] | None]]:
         model = self._models[adapter]
 
         def score() -> list[list[dict[int, tuple[float, int]] | None]]:
@@ -370,14 +486,7 @@ class Engine:
     # ----------------------------------------------------------- weights ---
 
     async def update_weights(self, weights_path: str, version: int | None = None) -> WeightUpdate:
-        """Load full weights from safetensors; responses then report the new version.
-
-        The files are read and checked off the event loop while generation
-        goes on; the copy waits until the running batch has finished, so no
-        response mixes two versions.
-        """
-        if version is not None and version < 0:
-            raise InvalidRequestError(f"version must not be negative, got {version}.", param="version")
+        self.check_version(version)
         tensors = await asyncio.to_thread(read_safetensors, weights_path)
         await asyncio.to_thread(check_weights, self.model, tensors)
 
@@ -395,19 +504,8 @@ class Engine:
 
         return await asyncio.wrap_future(self._scheduler.call(apply))
 
-    def adapters(self) -> dict[str, str]:
-        """Loaded LoRA adapters: name -> folder."""
-        return dict(self._lora_paths)
-
     async def load_lora(self, name: str, path: str) -> None:
-        """Serve the adapter at ``path`` (merged into a copy of the model) under ``name``."""
-        if not peft_available():
-            raise UnsupportedError(
-                "LoRA adapters need the peft package, which is not installed: "
-                f"{MissingDependencyError.install_hint('train', 'peft')}.", param="lora_path")
-        if not name or name in self._lora_paths:
-            raise InvalidRequestError(f"The lora adapter {name!r} has already been loaded."
-                                      if name else "lora_name must not be empty.", param="lora_name")
+        self.check_lora_name(name, loading=True)
 
         def apply() -> None:
             self._models[name] = self._merged(path)
@@ -424,9 +522,7 @@ class Engine:
         return merged
 
     async def unload_lora(self, name: str) -> None:
-        """Stop serving the adapter ``name``."""
-        if name not in self._lora_paths:
-            raise InvalidRequestError(f"no LoRA adapter named {name!r} is loaded.", param="lora_name")
+        self.check_lora_name(name, loading=False)
 
         def apply() -> None:
             self._lora_paths.pop(name, None)
@@ -434,6 +530,12 @@ class Engine:
             self._clear_prefix_cache()  # and hand the merged copy's memory back
 
         await asyncio.wrap_future(self._scheduler.call(apply))
+
+
+def cancel_sequences(sequences: list[Sequence]) -> None:
+    """Mark choices cancelled; the engine drops them before its next step."""
+    for seq in sequences:
+        seq.cancelled = True  # the only field another thread writes; read before each step
 
 
 def _prompt_logprobs(model: torch.nn.Module, prompt: list[int], k: int, device: torch.device

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.errors import InvalidRequestError
-from agentgym.serve.engine import Engine
+from agentgym.serve.engine import BaseEngine
 from agentgym.serve.protocol import ChatCompletionRequest, CompletionRequest, RequestMessage
 from agentgym.serve.sampling import MAX_LOGPROBS, SamplingParams
 
@@ -71,7 +71,7 @@ def refuse_chat_extras(req: ChatCompletionRequest) -> None:
         _refuse("response_format", req.response_format, None)
 
 
-def chat_params(engine: Engine, req: ChatCompletionRequest, prompt_tokens: int) -> SamplingParams:
+def chat_params(engine: BaseEngine, req: ChatCompletionRequest, prompt_tokens: int) -> SamplingParams:
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is None:  # as vLLM: whatever room the context leaves
         engine.check_length(prompt_tokens, 1, param="messages")
@@ -95,7 +95,7 @@ def _params(req: CompletionRequest | ChatCompletionRequest, *, max_tokens: int,
         logprobs=logprobs, skip_special_tokens=req.skip_special_tokens)
 
 
-def prompt_ids(engine: Engine, prompt: object) -> list[list[int]]:
+def prompt_ids(engine: BaseEngine, prompt: object) -> list[list[int]]:
     """The request's prompt(s) as lists of token ids (text is tokenized).
 
     Slow for long text: call it off the event loop.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from agentgym.errors import ServeError
 from agentgym.serve.batch import SequenceUpdate
-from agentgym.serve.engine import Engine, Generation
+from agentgym.serve.engine import BaseEngine, Generation
 from agentgym.serve.protocol import (
     ChatCompletionLogProb,
     ChatCompletionLogProbs,
@@ -67,7 +67,7 @@ class Job:
     """per prompt, vLLM's prompt_logprobs as (logprob, rank) by token id (asked for with prompt_logprobs)"""
 
 
-def _entries(engine: Engine, token: int, logprob: float,
+def _entries(engine: BaseEngine, token: int, logprob: float,
              top: list[tuple[int, float]]) -> list[tuple[str, float]]:
     """The sampled token first, then the alternatives that are not it (vLLM's order)."""
     entries = [(engine.token_text(token), logprob)]
@@ -75,7 +75,7 @@ def _entries(engine: Engine, token: int, logprob: float,
     return entries
 
 
-def completion_logprobs(engine: Engine, update: SequenceUpdate, k: int,
+def completion_logprobs(engine: BaseEngine, update: SequenceUpdate, k: int,
                         offset: int = 0) -> CompletionLogProbs:
     """vLLM's completion logprobs for the tokens of ``update``, text offsets from ``offset``."""
     result = CompletionLogProbs()
@@ -89,7 +89,7 @@ def completion_logprobs(engine: Engine, update: SequenceUpdate, k: int,
     return result
 
 
-def chat_logprobs(engine: Engine, update: SequenceUpdate, k: int) -> ChatCompletionLogProbs:
+def chat_logprobs(engine: BaseEngine, update: SequenceUpdate, k: int) -> ChatCompletionLogProbs:
     """vLLM's chat logprobs for the tokens of ``update``."""
     content = []
     for token, logprob, top in zip(update.token_ids, update.logprobs, update.top_logprobs, strict=True):
@@ -127,7 +127,7 @@ def _version(updates: Sequence[SequenceUpdate]) -> int | None:
     return max((update.policy_version for update in updates), default=None)
 
 
-def _prompt_logprobs(engine: Engine, job: Job, prompt: int) -> list[dict[int, PromptLogprob] | None] | None:
+def _prompt_logprobs(engine: BaseEngine, job: Job, prompt: int) -> list[dict[int, PromptLogprob] | None] | None:
     if job.prompt_logprobs is None:
         return None
     return [None if entry is None else
@@ -136,7 +136,7 @@ def _prompt_logprobs(engine: Engine, job: Job, prompt: int) -> list[dict[int, Pr
             for entry in job.prompt_logprobs[prompt]]
 
 
-def completion_response(engine: Engine, job: Job, updates: list[SequenceUpdate]) -> CompletionResponse:
+def completion_response(engine: BaseEngine, job: Job, updates: list[SequenceUpdate]) -> CompletionResponse:
     """The non-streamed ``/v1/completions`` response."""
     choices = []
     for update in updates:
@@ -153,7 +153,7 @@ def completion_response(engine: Engine, job: Job, updates: list[SequenceUpdate])
                               policy_version=_version(updates))
 
 
-def chat_response(engine: Engine, job: Job, updates: list[SequenceUpdate]) -> ChatCompletionResponse:
+def chat_response(engine: BaseEngine, job: Job, updates: list[SequenceUpdate]) -> ChatCompletionResponse:
     """The non-streamed ``/v1/chat/completions`` response."""
     choices = []
     for update in updates:
@@ -210,7 +210,7 @@ async def _framed(job: Job, generation: Generation,
     yield DONE
 
 
-def completion_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
+def completion_stream(engine: BaseEngine, job: Job, generation: Generation) -> AsyncIterator[str]:
     """SSE events of a streamed ``/v1/completions``: one chunk per choice per step."""
     head = CompletionStreamResponse(model=job.model, choices=[])
     offsets: dict[int, int] = {}
@@ -234,7 +234,7 @@ def completion_stream(engine: Engine, job: Job, generation: Generation) -> Async
     return _framed(job, generation, head, events)
 
 
-def chat_stream(engine: Engine, job: Job, generation: Generation) -> AsyncIterator[str]:
+def chat_stream(engine: BaseEngine, job: Job, generation: Generation) -> AsyncIterator[str]:
     """SSE events of a streamed ``/v1/chat/completions``: a role chunk per choice, then deltas.
 
     The role chunks wait for the first token, so that they too can report the
