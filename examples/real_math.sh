@@ -13,8 +13,8 @@ MINUTES=${MINUTES:-120}
 ENV=(--env Math-LLM-v0 -k 'kinds=[arithmetic]' -k 'levels=[1,2]' -k answer_format=last_number)
 mkdir -p "$OUT"
 
-agentgym_eval() {  # MODEL RUN_DIR
-    .venv/bin/agentgym eval "${ENV[@]}" --model "$1" --max-tokens 64 --out "$2"
+agentgym_eval() {  # MODEL RUN_DIR; the episodes too, for scripts/compare_evals.py
+    .venv/bin/agentgym eval "${ENV[@]}" --model "$1" --max-tokens 64 --out "$2" --episodes-out "$2/eval.parquet"
 }
 
 [ -f "$OUT/base/eval.json" ] || agentgym_eval smollm2-135m "$OUT/base"
@@ -33,3 +33,4 @@ wait "$theirs"
 
 agentgym_eval "$OUT/agentgym/final" "$OUT/agentgym"
 agentgym_eval "$OUT/trl/final" "$OUT/trl"
+for run in agentgym trl; do .venv/bin/python scripts/compare_evals.py "$OUT/base/eval.parquet" "$OUT/$run/eval.parquet"; done
