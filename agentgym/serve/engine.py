@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -167,7 +168,7 @@ class Generation:
         self._cancel()
 
 
-class BaseEngine:
+class BaseEngine(ABC):
     """What the HTTP side needs of an engine: the tokenizer, the request checks, and (in the
     subclasses) generation, weights and adapters.
 
@@ -195,18 +196,18 @@ class BaseEngine:
 
     # ---------------------------------------------------------- lifecycle ---
 
+    @abstractmethod
     def start(self) -> None:
         """Start generating (idempotent)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
         """Stop; requests still running get an error."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def alive(self) -> bool:
         """Whether requests can be served (False once the engine died)."""
-        raise NotImplementedError
 
     def __enter__(self) -> Self:
         self.start()
@@ -215,15 +216,15 @@ class BaseEngine:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @abstractmethod
     async def read_stats(self) -> dict[str, int]:
         """Counters: requests, tokens (``cached_prompt_tokens``: prefilled from the prefix
         cache), steps, ``max_batch_size``, running, waiting, version."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def reset_prefix_cache(self) -> None:
         """Forget the stored KV (requests running go on; they hold their own) and hand the
         memory it held back to the operating system."""
-        raise NotImplementedError
 
     # --------------------------------------------------------------- text ---
 
@@ -317,6 +318,7 @@ class BaseEngine:
 
     # --------------------------------------------------------- generating ---
 
+    @abstractmethod
     def submit(self, prompts: Seq[Seq[int]], params: SamplingParams, *, n: int = 1,
                adapter: str | None = None, stream: bool = False) -> Generation:
         """Queue ``n`` choices for each prompt; call from a running event loop.
@@ -324,13 +326,13 @@ class BaseEngine:
         Choice ``i`` of prompt ``p`` has index ``p * n + i`` (as in vLLM's
         responses); seeded choices use ``seed + i``.
         """
-        raise NotImplementedError
 
     async def generate(self, prompt_ids: Seq[int], params: SamplingParams, *, n: int = 1,
                        adapter: str | None = None) -> list[SequenceUpdate]:
         """The ``n`` finished choices for one prompt."""
         return await self.submit([prompt_ids], params, n=n, adapter=adapter).result()
 
+    @abstractmethod
     async def prompt_logprobs(self, prompts: Seq[Seq[int]], k: int, *, adapter: str | None = None
                               ) -> list[list[dict[int, tuple[float, int]] | None]]:
         """vLLM's ``prompt_logprobs`` of each prompt: per token (None for the first), its own logprob and
@@ -339,41 +341,42 @@ class BaseEngine:
         The raw model's log-softmax (temperature 1), as vLLM computes prompt logprobs, between two
         decode steps: the prefix cache and the running batch are left alone.
         """
-        raise NotImplementedError
 
     # ----------------------------------------------------------- weights ---
 
+    @abstractmethod
     async def update_weights(self, weights_path: str, version: int | None = None) -> WeightUpdate:
         """Load full weights from safetensors; responses then report the new version.
 
         The files are read and checked while generation goes on; the copy waits until the
         running batch has finished, so no response mixes two versions.
         """
-        raise NotImplementedError
 
     def adapters(self) -> dict[str, str]:
         """Loaded LoRA adapters: name -> folder."""
         return dict(self._lora_paths)
 
+    @abstractmethod
     async def load_lora(self, name: str, path: str) -> None:
         """Serve the adapter at ``path`` (merged into a copy of the model) under ``name``."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def unload_lora(self, name: str) -> None:
         """Stop serving the adapter ``name``."""
-        raise NotImplementedError
 
     @staticmethod
     def check_version(version: int | None) -> None:
+        """Raise ``InvalidRequestError`` for a negative weights version."""
         if version is not None and version < 0:
             raise InvalidRequestError(f"version must not be negative, got {version}.", param="version")
 
-    def check_lora_name(self, name: str, *, loading: bool) -> None:
-        """Raise for a name ``load_lora`` (``loading``) or ``unload_lora`` cannot take."""
-        if not loading:
-            if name not in self._lora_paths:
-                raise InvalidRequestError(f"no LoRA adapter named {name!r} is loaded.", param="lora_name")
-            return
+    def check_loaded_lora(self, name: str) -> None:
+        """Raise ``InvalidRequestError`` unless an adapter ``name`` is loaded (for ``unload_lora``)."""
+        if name not in self._lora_paths:
+            raise InvalidRequestError(f"no LoRA adapter named {name!r} is loaded.", param="lora_name")
+
+    def check_new_lora(self, name: str) -> None:
+        """Raise unless ``load_lora`` can take an adapter called ``name`` (and peft is installed)."""
         if not peft_available():
             raise UnsupportedError(
                 "LoRA adapters need the peft package, which is not installed: "
@@ -505,7 +508,7 @@ class Engine(BaseEngine):
         return await asyncio.wrap_future(self._scheduler.call(apply))
 
     async def load_lora(self, name: str, path: str) -> None:
-        self.check_lora_name(name, loading=True)
+        self.check_new_lora(name)
 
         def apply() -> None:
             self._models[name] = self._merged(path)
@@ -522,7 +525,7 @@ class Engine(BaseEngine):
         return merged
 
     async def unload_lora(self, name: str) -> None:
-        self.check_lora_name(name, loading=False)
+        self.check_loaded_lora(name)
 
         def apply() -> None:
             self._lora_paths.pop(name, None)

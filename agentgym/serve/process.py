@@ -208,12 +208,12 @@ class EngineProcess(BaseEngine):
         return done
 
     async def load_lora(self, name: str, path: str) -> None:
-        self.check_lora_name(name, loading=True)
+        self.check_new_lora(name)
         await self._call("load_lora", name, path)
         self._lora_paths[name] = path
 
     async def unload_lora(self, name: str) -> None:
-        self.check_lora_name(name, loading=False)
+        self.check_loaded_lora(name)
         await self._call("unload_lora", name)
         self._lora_paths.pop(name, None)
 
@@ -234,7 +234,7 @@ class EngineProcess(BaseEngine):
         self._fail_everything(f"the engine process exited (code {self._process.exitcode}); restart the server.")
 
     def _deliver(self, items: list[tuple[int, SequenceUpdate | EngineFailure]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+        arrived: list[tuple[_Open, SequenceUpdate | EngineFailure]] = []
         with self._lock:
             for rid, update in items:
                 entry = self._open.get(rid)
@@ -244,9 +244,8 @@ class EngineProcess(BaseEngine):
                     entry.choices -= 1
                     if isinstance(update, EngineFailure) or entry.choices == 0:
                         del self._open[rid]
-                by_loop.setdefault(entry.loop, []).append((entry.queue, update))
-        for loop, puts in by_loop.items():
-            _call_soon(loop, puts)
+                arrived.append((entry, update))
+        _hand_over(arrived)
 
     def _settle(self, message: tuple[Any, ...]) -> None:
         with self._lock:
@@ -263,22 +262,23 @@ class EngineProcess(BaseEngine):
             self._failure = reason
             opened, self._open = self._open, {}
             calls, self._calls = self._calls, {}
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
-        for entry in opened.values():
-            by_loop.setdefault(entry.loop, []).append((entry.queue, EngineFailure(reason)))
-        for loop, puts in by_loop.items():
-            _call_soon(loop, puts)
+        _hand_over([(entry, EngineFailure(reason)) for entry in opened.values()])
         for future in calls.values():
             future.set_exception(ServeError(reason))
         if opened or calls:
             _log.error("%s", reason)
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, puts: list[tuple[asyncio.Queue[Any], Any]]) -> None:
-    try:
-        loop.call_soon_threadsafe(_put_all, puts)
-    except RuntimeError:  # that loop is closed: its clients are gone
-        pass
+def _hand_over(arrived: list[tuple[_Open, SequenceUpdate | EngineFailure]]) -> None:
+    """Put each update in its request's queue, from the reader thread: one wake-up per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+    for entry, update in arrived:
+        by_loop.setdefault(entry.loop, []).append((entry.queue, update))
+    for loop, puts in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_put_all, puts)
+        except RuntimeError:  # that loop is closed: its clients are gone
+            pass
 
 
 def _put_all(puts: list[tuple[asyncio.Queue[Any], Any]]) -> None:
